@@ -1,0 +1,161 @@
+"""The public op: argument contract, dtype policy, variable-length batches, backend choice."""
+from __future__ import annotations
+
+import torch
+
+from .checks import check_inputs
+from .ops.chunk import chunk_forward
+from .ops.common import l2norm
+from .ops.recurrent import recurrent_forward
+from .ops.scan import scan_forward
+
+TORCH_ALGORITHMS = {"recurrent": recurrent_forward, "chunk": chunk_forward, "scan": scan_forward}
+
+
+def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+                     cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, backend="auto"):
+    r"""Gated DeltaNet (the gated delta rule), exactly.
+
+    Per sequence and value head, with a K x V state S::
+
+        S_t = exp(g_t) * S_{t-1}
+        S_t = S_t + beta_t * k_t (v_t - S_t^T k_t)^T
+        o_t = scale * S_t^T q_t
+
+    Args:
+        q: ``[B, T, H, K]`` queries.
+        k: ``[B, T, H, K]`` keys.
+        v: ``[B, T, HV, V]`` values; HV a multiple of H, value head h reads q/k head ``h // (HV // H)``
+            (grouped value heads, no copies).
+        g: ``[B, T, HV]`` natural-log decay per token (<= 0 for a decay; float32 recommended).
+        beta: ``[B, T, HV]`` write strength (usually in [0, 1]).
+        scale: output scale, default ``K ** -0.5``.
+        initial_state: ``[N, HV, K, V]`` state before the first token of each sequence (zeros if None).
+        output_final_state: also return the state after the last token of each sequence.
+        cu_seqlens: ``[N + 1]`` int32/int64 boundaries of N packed sequences (B must be 1); each
+            sequence starts from its own initial state. Empty sequences are allowed.
+        use_qk_l2norm: l2-normalise q and k over K first (Qwen3.5's ``use_qk_l2norm_in_kernel``).
+        chunk_size: tokens per chunk for "chunk", "scan" and "triton" (a power of two; 64 by default).
+        backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
+            maps + parallel prefix scan, seed 000), "triton" (fused GPU kernels), or "auto": "triton"
+            for CUDA tensors when Triton is installed and no gradient is needed, else "chunk".
+            Gradients flow through every backend; "triton" has no backward kernels yet, so a call
+            that needs gradients runs the "chunk" backend on the same device instead.
+
+    Returns:
+        ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype; final_state ``[N, HV, K, V]`` float32
+        (float64 when any input is float64), or None unless ``output_final_state``.
+
+    Accumulation is float32 (float64 for float64 inputs) whatever the input dtype.
+
+    Example::
+
+        >>> import torch, gdn
+        >>> B, T, H, HV, K, V = 1, 100, 2, 4, 64, 64
+        >>> q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+        >>> v = torch.randn(B, T, HV, V)
+        >>> g = torch.nn.functional.logsigmoid(torch.randn(B, T, HV))
+        >>> beta = torch.rand(B, T, HV)
+        >>> o, S = gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, output_final_state=True)
+        >>> o.shape, S.shape
+        (torch.Size([1, 100, 4, 64]), torch.Size([1, 4, 64, 64]))
+        >>> cu = torch.tensor([0, 30, 30, 100])           # three packed sequences, one empty
+        >>> o, S = gdn.gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, output_final_state=True)
+        >>> S.shape
+        torch.Size([3, 4, 64, 64])
+    """
+    N, bounds = check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
+    K = q.shape[-1]
+    scale = K ** -0.5 if scale is None else float(scale)
+    backend = resolve_backend(backend, q, k, v, g, beta, initial_state)
+
+    if backend == "triton":
+        from .ops.triton import triton_forward
+        o, S = triton_forward(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                              output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                              use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size)
+        return o, S
+
+    tensors = (q, k, v, g, beta) + ((initial_state,) if initial_state is not None else ())
+    dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    qc, kc, vc, gc, bc = (t.to(dtype) for t in (q, k, v, g, beta))
+    if use_qk_l2norm:
+        qc, kc = l2norm(qc), l2norm(kc)
+    S0 = None if initial_state is None else initial_state.to(dtype)
+    forward = TORCH_ALGORITHMS[backend]
+
+    if bounds is None:
+        o, S = _run_dense(forward, qc, kc, vc, gc, bc, scale, S0, chunk_size)
+    else:
+        # Each packed sequence runs as its own batch of one: exact, and no padding work.
+        outs, states = [], []
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            s0 = None if S0 is None else S0[i:i + 1]
+            o_i, S_i = _run_dense(forward, qc[:, a:b], kc[:, a:b], vc[:, a:b], gc[:, a:b], bc[:, a:b],
+                                  scale, s0, chunk_size)
+            outs.append(o_i)
+            states.append(S_i)
+        o, S = torch.cat(outs, dim=1), torch.cat(states, dim=0)
+    return o.to(v.dtype), (S if output_final_state else None)
+
+
+def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size):
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if T == 0:
+        S = q.new_zeros(B, HV, K, V) if S0 is None else S0.clone()
+        return v.new_zeros(B, 0, HV, V), S
+    return forward(q, k, v, g, beta, scale, S0, chunk_size)
+
+
+def resolve_backend(backend: str, *tensors) -> str:
+    """The concrete algorithm for ``backend`` on these tensors (see :func:`gated_delta_rule`)."""
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    on_cuda = tensors[0].is_cuda
+    if backend == "auto":
+        return "triton" if on_cuda and not needs_grad and triton_available() else "chunk"
+    if backend == "triton":
+        if needs_grad:
+            return "chunk"
+        if not triton_available():
+            raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
+        if not on_cuda and not triton_interpreting():
+            raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernels "
+                             "on CPU tensors in Triton's interpreter)")
+    return backend
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def triton_interpreting() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """FLA-compatible name and arguments (``fla.ops.gated_delta_rule.chunk_gated_delta_rule``).
+
+    Same tensors and layouts as :func:`gated_delta_rule` (q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
+    g, beta ``[B, T, HV]``, states ``[N, HV, K, V]``); runs the fastest exact backend for the device.
+    Returns ``(o, final_state)``."""
+    return gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                            output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                            use_qk_l2norm=use_qk_l2norm_in_kernel, backend="auto")
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                     cu_seqlens=None):
+    """FLA-compatible name and arguments (``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``):
+    the token-by-token algorithm, what decode (one token per sequence) uses. Same tensors as
+    :func:`chunk_gated_delta_rule`. Returns ``(o, final_state)``."""
+    return gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                            output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                            use_qk_l2norm=use_qk_l2norm_in_kernel, backend="recurrent")

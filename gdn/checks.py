@@ -1,0 +1,86 @@
+"""Argument checks for the public op: every bad input gets a clear error naming the argument."""
+from __future__ import annotations
+
+import torch
+
+BACKENDS = ("auto", "recurrent", "chunk", "scan", "triton")
+
+
+def _floating(name: str, x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor (float64/float32/bfloat16/float16), got {x.dtype}")
+    return x
+
+
+def _shape(name: str, x: torch.Tensor, expected: tuple, what: str) -> None:
+    if tuple(x.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {what} = {tuple(expected)}, got {tuple(x.shape)}")
+
+
+def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend):
+    """Validate the op's arguments. Returns (N, seqlens) where N is the number of sequences and
+    seqlens is a host list of sequence boundaries ([0, T] without cu_seqlens)."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _floating(name, x)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D [B, T, H, K], got shape {tuple(q.shape)}")
+    B, T, H, K = q.shape
+    if k.dim() != 4:
+        raise ValueError(f"k must be 4-D [B, T, H, K], got shape {tuple(k.shape)}")
+    if k.shape[-1] != K:
+        raise ValueError(f"k and q must have the same head dim K: q has K={K}, k has K={k.shape[-1]}")
+    _shape("k", k, (B, T, H, K), "[B, T, H, K] like q")
+    if v.dim() != 4:
+        raise ValueError(f"v must be 4-D [B, T, HV, V], got shape {tuple(v.shape)}")
+    if tuple(v.shape[:2]) != (B, T):
+        raise ValueError(f"v must have shape [B, T, HV, V] with B={B}, T={T} as q, got {tuple(v.shape)}")
+    HV = v.shape[2]
+    if HV == 0 or HV % H:
+        raise ValueError(f"v's head count HV={HV} must be a positive multiple of q/k's head count H={H}")
+    _shape("g", g, (B, T, HV), "[B, T, HV]")
+    _shape("beta", beta, (B, T, HV), "[B, T, HV]")
+
+    device = q.device
+    for name, x in (("k", k), ("v", v), ("g", g), ("beta", beta), ("initial_state", initial_state),
+                    ("cu_seqlens", cu_seqlens)):
+        if isinstance(x, torch.Tensor) and x.device != device:
+            raise ValueError(f"{name} is on {x.device} but q is on {device}: all tensors must share a device")
+
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0 \
+            or chunk_size & (chunk_size - 1):
+        raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+    if cu_seqlens is None:
+        N, bounds = B, None
+    else:
+        bounds = _check_cu_seqlens(cu_seqlens, B, T)
+        N = len(bounds) - 1
+    if initial_state is not None:
+        _floating("initial_state", initial_state)
+        _shape("initial_state", initial_state, (N, HV, K, v.shape[-1]), "[N, HV, K, V]")
+    return N, bounds
+
+
+def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> list[int]:
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"cu_seqlens must be a 1-D integer torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if B != 1:
+        raise ValueError(f"with cu_seqlens the batch size must be 1 (sequences packed along T), got B={B}")
+    bounds = cu_seqlens.tolist()
+    if bounds[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {bounds[0]}")
+    if bounds[-1] != T:
+        raise ValueError(f"cu_seqlens must end at T={T}, got {bounds[-1]}")
+    if any(b < a for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
+    return bounds

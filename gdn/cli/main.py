@@ -1,0 +1,60 @@
+"""`gdn` console script: gdn demo | gdn verify | gdn bench."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="gdn", description="Exact and fast Gated DeltaNet operators.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="3-token walkthrough, cross-check table, timing table, tiny model")
+    demo.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    demo.add_argument("--max-T", type=int, default=2048, help="longest sequence in the timing table")
+    demo.add_argument("--skip-model", action="store_true", help="skip the tiny transformers model part")
+
+    verify = sub.add_parser("verify", help="cross-check the backends against a float64 recurrence")
+    verify.add_argument("--device", default="cpu")
+    verify.add_argument("--backends", default="recurrent,chunk,scan",
+                        help="comma-separated: recurrent, chunk, scan, triton")
+    verify.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated input dtypes")
+    verify.add_argument("--T", default="1,63,65,300", help="comma-separated sequence lengths")
+    verify.add_argument("--B", type=int, default=2)
+    verify.add_argument("--H", type=int, default=2)
+    verify.add_argument("--HV", type=int, default=4)
+    verify.add_argument("--K", type=int, default=64)
+    verify.add_argument("--V", type=int, default=64)
+    verify.add_argument("--chunk-size", type=int, default=64)
+    verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
+    verify.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
+    verify.add_argument("--seed", type=int, default=0)
+
+    bench = sub.add_parser("bench", help="time gdn and every importable peer on the same inputs")
+    bench.add_argument("--device", default=None, help="cuda when available, else cpu")
+    bench.add_argument("--shapes", default=None,
+                       help="comma-separated BxT or varlenT/pieces, e.g. 1x8192,8x4096,varlen32768/16")
+    bench.add_argument("--H", type=int, default=16)
+    bench.add_argument("--HV", type=int, default=None, help="value heads (32 on GPU, 16 on CPU by default)")
+    bench.add_argument("--K", type=int, default=128)
+    bench.add_argument("--V", type=int, default=128)
+    bench.add_argument("--gates", default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
+    bench.add_argument("--providers", default=None, help="comma-separated subset of providers to time")
+    bench.add_argument("--backward", action="store_true", help="also time forward+backward where supported")
+    bench.add_argument("--out", default="bench_out", help="folder for results.json and the PNG plot")
+
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import run_demo
+        run_demo(args)
+    elif args.command == "verify":
+        from .verify import run_verify
+        return run_verify(args)
+    elif args.command == "bench":
+        from .bench import run_bench
+        run_bench(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

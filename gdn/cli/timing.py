@@ -1,0 +1,35 @@
+"""Timing helpers shared by `gdn demo` and `gdn bench`: median wall time on the CPU, CUDA events on GPUs."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def median_ms(fn, device: str, *, repeats: int = 5, warmup: int = 1) -> float:
+    """Median time of ``fn()`` in milliseconds (warm-up calls outside the timed region)."""
+    if str(device).startswith("cuda"):
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def random_problem(B, T, H, HV, K, V, *, device="cpu", dtype=torch.float32, gates="decaying", seed=0):
+    """q, k, v in ``dtype``; g, beta float32. gates: "decaying" = logsigmoid(randn + 4) (memory fades
+    within a few chunks), "long" = logsigmoid(randn + 9) (long memory), as in GUIDE.md section 2."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shift = {"decaying": 4.0, "long": 9.0}[gates]
+    q = torch.randn(B, T, H, K, generator=gen).to(device, dtype)
+    k = torch.randn(B, T, H, K, generator=gen).to(device, dtype)
+    v = torch.randn(B, T, HV, V, generator=gen).to(device, dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, HV, generator=gen) + shift).to(device)
+    beta = torch.rand(B, T, HV, generator=gen).to(device)
+    return q, k, v, g, beta

@@ -1,0 +1,44 @@
+"""The definition of Gated DeltaNet, token by token (the reference; decode on the CPU).
+
+For every sequence and value head, with a K x V state S (float32, or float64 for float64 inputs):
+
+    S_t = exp(g_t) * S_{t-1}
+    S_t = S_t + beta_t * k_t (v_t - S_t^T k_t)^T      # delta correction against the decayed state
+    o_t = scale * S_t^T q_t                           # output after the update
+"""
+from __future__ import annotations
+
+import torch
+
+from .common import from_grouped_output, state_from_grouped, state_to_grouped, to_grouped
+
+
+def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64):
+    """Token-by-token Gated DeltaNet on dense batches.
+
+    Args:
+        q, k: ``[B, T, H, K]``; v: ``[B, T, HV, V]``; g, beta: ``[B, T, HV]``: all in the compute
+            dtype (float32 or float64), q/k already l2-normalised if asked.
+        scale: multiplies the output.
+        initial_state: ``[B, HV, K, V]`` in the compute dtype, or None for zeros.
+        chunk_size: unused (same signature as the other algorithms).
+    Returns:
+        o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``, both in the compute dtype.
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    q, k, v, g, beta = to_grouped(q, k, v, g, beta)
+    if initial_state is None:
+        S = q.new_zeros(B, H, HV // H, K, V)
+    else:
+        S = state_to_grouped(initial_state, H)
+    outputs = []
+    for t in range(T):
+        k_t = k[:, :, :, t, None, :]                                   # [B, H, 1, 1, K]
+        S = S * g[:, :, :, t, None, None].exp()                        # decay first
+        predicted = (k_t @ S).squeeze(-2)                              # [B, H, G, V] = S^T k
+        u = beta[:, :, :, t, None] * (v[:, :, :, t] - predicted)       # what the token really writes
+        S = S + k_t.transpose(-1, -2) * u.unsqueeze(-2)                # rank-1 write k u^T
+        outputs.append(scale * (q[:, :, :, t, None, :] @ S).squeeze(-2))
+    o = torch.stack(outputs, dim=3) if T else v.new_empty(v.shape)      # [B, H, G, T, V]
+    return from_grouped_output(o), state_from_grouped(S)

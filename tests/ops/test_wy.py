@@ -1,0 +1,56 @@
+"""The chunk math (gdn.ops.wy) on seed 002's 3-token worked example, and its pieces on random data."""
+import pytest
+import torch
+
+import gdn
+from gdn.ops.wy import chunk_factors, unit_lower_inverse
+from tests.reference import random_inputs
+from tests.tolerances import assert_close
+
+# Seed 002, "3 个 token 手算一遍": no decay, empty start state, output scale 1.
+SEED_K = [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]]
+SEED_V = [[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]
+SEED_Q = [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]
+SEED_BETA = [1.0, 1.0, 0.5]
+# The numbers the seed prints.
+SEED_U = [[1.0, 0.0], [-0.6, 1.0], [1.24, 0.6]]
+SEED_O = [[1.0, 0.0], [-0.48, 0.8], [0.992, 1.48]]
+SEED_S = [[0.64, 0.6], [0.76, 1.4]]
+
+
+def seed_inputs():
+    t = lambda x: torch.tensor(x, dtype=torch.float64)
+    q, k, v = (t(x).reshape(1, 3, 1, 2) for x in (SEED_Q, SEED_K, SEED_V))
+    beta = t(SEED_BETA).reshape(1, 3, 1)
+    return q, k, v, torch.zeros(1, 3, 1, dtype=torch.float64), beta
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+def test_seed_three_token_example(backend):
+    q, k, v, g, beta = seed_inputs()
+    o, S = gdn.gated_delta_rule(q, k, v, g, beta, scale=1.0, output_final_state=True, backend=backend,
+                                chunk_size=4)
+    assert torch.allclose(o[0, :, 0], torch.tensor(SEED_O, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(S[0, 0], torch.tensor(SEED_S, dtype=torch.float64), atol=1e-12)
+
+
+def test_seed_writes_solve_the_triangular_system():
+    q, k, v, g, beta = seed_inputs()
+    f = chunk_factors(q, k, v, g, beta, scale=1.0, chunk_size=4)
+    U = f.u[0, 0, 0, 0, :3]                         # with S0 = 0 the writes are u itself
+    assert torch.allclose(U, torch.tensor(SEED_U, dtype=torch.float64), atol=1e-12)
+
+
+def test_unit_lower_inverse():
+    A = torch.randn(5, 64, 64, dtype=torch.float64).tril(-1) * 0.3
+    expected = torch.linalg.inv(torch.eye(64, dtype=torch.float64) + A)
+    assert_close(unit_lower_inverse(A), expected, name="(I + A)^-1")
+
+
+def test_affine_map_reproduces_chunk_end_state():
+    q, k, v, g, beta, _ = random_inputs(1, 32, 2, 4, 16, 8, seed=1)
+    f = chunk_factors(q, k, v, g, beta, scale=0.25, chunk_size=32)
+    S0 = torch.randn(1, 2, 2, 16, 8, dtype=torch.float64)          # [B, H, G, K, V]
+    U = f.writes(S0, 0)
+    A, B = f.affine_maps()
+    assert_close(A[0] @ S0 + B[0], f.end_state(S0, U, 0), name="A S0 + B")

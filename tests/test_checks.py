@@ -1,0 +1,69 @@
+"""Every bad input gets a clear error naming the argument (gdn.checks)."""
+import pytest
+import torch
+
+import gdn
+from tests.reference import random_inputs
+
+
+def inputs(B=1, T=8, H=2, HV=4, K=8, V=6):
+    q, k, v, g, beta, _ = random_inputs(B, T, H, HV, K, V, dtype=torch.float32)
+    return dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+def call(**overrides):
+    args = inputs()
+    kwargs = {name: overrides.pop(name) for name in list(overrides) if name not in args}
+    args.update(overrides)
+    return gdn.gated_delta_rule(args["q"], args["k"], args["v"], args["g"], args["beta"], **kwargs)
+
+
+X = inputs()
+CASES = [
+    # (overrides, error type, words the message must contain)
+    (dict(q=X["q"][0]), ValueError, "q must be 4-D"),
+    (dict(k=X["k"][..., :4]), ValueError, "same head dim K"),
+    (dict(k=X["k"][:, :4]), ValueError, "k must have shape"),
+    (dict(v=X["v"][0]), ValueError, "v must be 4-D"),
+    (dict(v=X["v"][:, :5]), ValueError, "v must have shape"),
+    (dict(v=torch.randn(1, 8, 3, 6), g=torch.randn(1, 8, 3), beta=torch.rand(1, 8, 3)), ValueError, "multiple"),
+    (dict(g=X["g"][..., :2]), ValueError, "g must have shape"),
+    (dict(beta=X["beta"][:, :3]), ValueError, "beta must have shape"),
+    (dict(q=X["q"].to(torch.int32)), TypeError, "q must be a floating-point"),
+    (dict(v=X["v"] > 0), TypeError, "v must be a floating-point"),
+    (dict(k=[1, 2]), TypeError, "k must be a torch.Tensor"),
+    (dict(initial_state=torch.zeros(1, 4, 8, 5)), ValueError, "initial_state must have shape"),
+    (dict(initial_state=torch.zeros(2, 4, 8, 6)), ValueError, "initial_state must have shape"),
+    (dict(cu_seqlens=torch.tensor([0, 3, 8]), q=torch.randn(2, 8, 2, 8), k=torch.randn(2, 8, 2, 8),
+          v=torch.randn(2, 8, 4, 6), g=torch.randn(2, 8, 4), beta=torch.rand(2, 8, 4)), ValueError, "batch size must be 1"),
+    (dict(cu_seqlens=torch.tensor([1, 3, 8])), ValueError, "start at 0"),
+    (dict(cu_seqlens=torch.tensor([0, 3, 7])), ValueError, "end at T=8"),
+    (dict(cu_seqlens=torch.tensor([0, 5, 3, 8])), ValueError, "non-decreasing"),
+    (dict(cu_seqlens=torch.tensor([0.0, 8.0])), TypeError, "int32 or int64"),
+    (dict(cu_seqlens=[0, 8]), TypeError, "cu_seqlens must be"),
+    (dict(cu_seqlens=torch.tensor([[0, 8]])), ValueError, "1-D"),
+    (dict(backend="cuda"), ValueError, "backend must be one of"),
+    (dict(chunk_size=48), ValueError, "chunk_size must be a positive power of two"),
+    (dict(chunk_size=0), ValueError, "chunk_size"),
+    (dict(chunk_size=True), ValueError, "chunk_size"),
+    (dict(scale="1"), TypeError, "scale"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, words", CASES, ids=[c[2] for c in CASES])
+def test_bad_input_is_named(overrides, error, words):
+    with pytest.raises(error, match=words):
+        call(**overrides)
+
+
+def test_tensors_on_different_devices():
+    meta = torch.empty(1, 8, 4, 6, device="meta")
+    with pytest.raises(ValueError, match="v is on meta but q is on cpu"):
+        call(v=meta)
+
+
+def test_triton_backend_on_cpu_without_interpreter(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        call(backend="triton")
