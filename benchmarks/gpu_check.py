@@ -1,0 +1,95 @@
+"""GPU correctness of backend="triton" against a float64 reference, plus a variant timing table.
+
+Every check draws fresh random inputs, poisons the output buffer with NaN before the kernel runs, and
+compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
+plain recurrence by the test suite). Run on the GPU machine: python benchmarks/gpu_check.py
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+import triton.testing
+
+from gdn import gated_delta_rule
+from gdn.cli.timing import random_problem
+from gdn.ops.triton import triton_forward
+
+H, HV, K, V = 16, 32, 128, 128
+failures = []
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def reference(q, k, v, g, beta, S0, cu):
+    return gated_delta_rule(q.double(), k.double(), v.double(), g.double(), beta.double(),
+                            initial_state=None if S0 is None else S0.double(), output_final_state=True,
+                            cu_seqlens=cu, use_qk_l2norm=True, backend="chunk")
+
+
+def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, **kw):
+    seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
+    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
+    N = B if cu is None else len(cu) - 1
+    S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
+    o = torch.full_like(v, float("nan"))
+    o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
+                          cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
+    torch.cuda.synchronize()
+    finite = bool(torch.isfinite(o).all()) and bool(torch.isfinite(S).all())
+    if heads is not None:                                     # long sequences: check a few heads
+        sel_qk = torch.tensor(sorted({h // (HV // H) for h in heads}), device="cuda")
+        sel_v = torch.tensor(heads, device="cuda")
+        q, k = q[:, :, sel_qk], k[:, :, sel_qk]
+        v, g, beta, S0 = v[:, :, sel_v], g[:, :, sel_v], beta[:, :, sel_v], S0[:, sel_v]
+        o, S = o[:, :, sel_v], S[:, sel_v]
+    o_ref, S_ref = reference(q, k, v, g, beta, S0, cu)
+    eo, es = rel(o, o_ref), rel(S, S_ref)
+    ok = finite and eo <= bound and es <= bound
+    if not ok:
+        failures.append(name)
+    print(f"{name:<44} rel err o {eo:.2e}  S {es:.2e}  finite {finite}  {'ok' if ok else 'FAIL'}", flush=True)
+    return eo, es
+
+
+def main() -> int:
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+    cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
+    variants = {"tf32": dict(precision="tf32"), "tf32x3": dict(precision="tf32x3"), "fast": dict(fast_dots=True)}
+    for vname, kw in variants.items():
+        check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **kw)
+    check("bf16 B1 T32k decaying (split)", 1, 32768, torch.bfloat16)
+    check("bf16 B1 T32k long memory (split)", 1, 32768, torch.bfloat16, gates="long")
+    check("fp32 B2 T300", 2, 300, torch.float32, bound=1e-3)
+    check("fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7)
+    check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
+    check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
+
+    print("\nvariant timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
+    shapes = [(1, 32768), (8, 4096)]
+    configs = {"tf32 w4": dict(precision="tf32"), "tf32 w8": dict(precision="tf32", num_warps=8),
+               "fast w4": dict(fast_dots=True), "fast w8": dict(fast_dots=True, num_warps=8),
+               "tf32x3 w4": dict(precision="tf32x3")}
+    seg_configs = {f"tf32 w4 P={p}": dict(precision="tf32", num_segments=p) for p in (1, 2, 8, 16)}
+    print(f"{'config':<16}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
+    for cname, kw in {**configs, **seg_configs}.items():
+        cells = []
+        for B, T in shapes:
+            if "P=" in cname and B > 1:
+                cells.append(f"{'-':>12}")
+                continue
+            q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+            fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                        use_qk_l2norm=True, **kw)
+            fn()
+            cells.append(f"{triton.testing.do_bench(fn, warmup=25, rep=100, return_mode='median'):>12.3f}")
+        print(f"{cname:<16}" + "".join(cells), flush=True)
+    print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

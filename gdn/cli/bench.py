@@ -1,0 +1,171 @@
+"""`gdn bench`: gdn and every importable peer on the same inputs, in one process.
+
+Per shape and gate regime: median time (triton.testing.do_bench on a GPU, wall clock on a CPU), peak
+memory on a GPU, the ratio of each peer's time to ours, and our time against the floor (the larger
+of bytes / copy bandwidth and chunk-algorithm FLOPs / matmul rate). Prints a table, writes
+results.json and a PNG plot (when matplotlib is installed) under --out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+
+import torch
+
+from .. import gated_delta_rule
+from .peers import available_peers
+from .timing import median_ms, random_problem
+
+GPU_SHAPES = "1x8192,1x32768,1x131072,8x4096,32x2048,varlen32768/16"
+CPU_SHAPES = "1x512,1x2048,1x8192"
+# H200 ceilings measured on the GPU machine (GUIDE.md section 2): copy bandwidth and bf16 matmul rate.
+COPY_BYTES_PER_S = 4.28e12
+MATMUL_FLOP_PER_S = 693e12
+FLOP_PER_TOKEN_PER_HEAD = 184e3          # chunk algorithm at C=64, K=V=128 (GUIDE.md section 2)
+
+
+def parse_shapes(spec: str):
+    """'1x8192,varlen32768/16' -> [(label, B, T, pieces or None)]."""
+    shapes = []
+    for item in spec.split(","):
+        if item.startswith("varlen"):
+            total, pieces = item[len("varlen"):].split("/")
+            shapes.append((item, 1, int(total), int(pieces)))
+        else:
+            B, T = item.split("x")
+            shapes.append((item, int(B), int(T), None))
+    return shapes
+
+
+def random_cu_seqlens(T: int, pieces: int, device, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    cuts = torch.randperm(T - 1, generator=gen)[: pieces - 1].add(1).sort().values
+    return torch.cat([torch.tensor([0]), cuts, torch.tensor([T])]).to(device=device, dtype=torch.int32)
+
+
+def floor_ms(B, T, H, HV, K, V, elem_bytes) -> float:
+    """The time no implementation beats: one read of q, k, v, g, beta and one write of o, or the
+    chunk algorithm's matmul FLOPs at the measured rate, whichever is longer."""
+    tokens = B * T
+    nbytes = tokens * ((2 * H * K + 2 * HV * V) * elem_bytes + 2 * HV * 4)
+    flops = tokens * HV * FLOP_PER_TOKEN_PER_HEAD * (K / 128) * (V / 128)
+    return max(nbytes / COPY_BYTES_PER_S, flops / MATMUL_FLOP_PER_S) * 1e3
+
+
+def _providers(device: str, names):
+    ours = {}
+    if device.startswith("cuda"):
+        ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="triton", **kw)
+    else:
+        ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="chunk", **kw)
+        ours["gdn-scan"] = lambda *a, **kw: gated_delta_rule(*a, backend="scan", **kw)
+    errors = {}
+    peers = available_peers(device, errors=errors)
+    for name, reason in errors.items():
+        print(f"  (peer {name} not timed: {reason})")
+    providers = {**ours, **peers}
+    if names:
+        providers = {k: v for k, v in providers.items() if k in names}
+    return providers
+
+
+def _call(fn, inputs, cu, backward):
+    q, k, v, g, beta = inputs
+    kwargs = dict(initial_state=None, output_final_state=True, cu_seqlens=cu, use_qk_l2norm=True)
+    if not backward:
+        with torch.no_grad():
+            return fn(q, k, v, g, beta, **kwargs)
+    o, S = fn(q, k, v, g, beta, **kwargs)
+    (o.float().sum() + S.sum()).backward()
+    return o, S
+
+
+def run_bench(args) -> None:
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    on_gpu = device.startswith("cuda")
+    HV = args.HV or (32 if on_gpu else args.H)
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    shapes = parse_shapes(args.shapes or (GPU_SHAPES if on_gpu else CPU_SHAPES))
+    names = args.providers.split(",") if args.providers else None
+    providers = _providers(device, names)
+    if not on_gpu:
+        torch.set_num_threads(os.cpu_count() or 1)
+    machine = torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or platform.machine()}, " \
+        f"{torch.get_num_threads()} threads"
+    print(f"gdn bench | {machine} | torch {torch.__version__} | H={args.H} HV={HV} K={args.K} V={args.V} "
+          f"{str(dtype)[6:]} inputs, fp32 gates/states, l2norm, final state | providers: {', '.join(providers)}")
+    modes = ["fwd"] + (["fwd+bwd"] if args.backward else [])
+    rows = []
+    for label, B, T, pieces in shapes:
+        for gates in args.gates.split(","):
+            inputs = random_problem(B, T, args.H, HV, args.K, args.V, device=device, dtype=dtype, gates=gates)
+            cu = random_cu_seqlens(T, pieces, device) if pieces else None
+            for mode in modes:
+                row = dict(shape=label, gates=gates, mode=mode, ms={}, peak_gib={}, B=B, T=T)
+                for name, fn in providers.items():
+                    if mode == "fwd+bwd":
+                        inputs = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in inputs)
+                    try:
+                        _call(fn, inputs, cu, mode == "fwd+bwd")         # warm-up (and compilation)
+                    except (NotImplementedError, torch.cuda.OutOfMemoryError, RuntimeError) as err:
+                        print(f"  {label} {gates} {mode} {name}: skipped ({type(err).__name__}: {str(err)[:80]})")
+                        continue
+                    row["ms"][name] = median_ms(lambda: _call(fn, inputs, cu, mode == "fwd+bwd"), device,
+                                                repeats=3)
+                    if on_gpu:
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                        base = torch.cuda.memory_allocated()
+                        _call(fn, inputs, cu, mode == "fwd+bwd")
+                        torch.cuda.synchronize()
+                        row["peak_gib"][name] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+                    print(f"  {label:>16} {gates:>8} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms", flush=True)
+                row["floor_ms"] = floor_ms(B, T, args.H, HV, args.K, args.V, 2) if on_gpu else None
+                rows.append(row)
+    _print_table(rows, providers)
+    _write(rows, args.out, machine)
+
+
+def _print_table(rows, providers) -> None:
+    peers = [p for p in providers if not p.startswith("gdn")]
+    head = f"| shape | gates | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
+        " | ".join(f"{p}/gdn" for p in peers) + " | gdn % of floor |"
+    print("\n" + head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        ms = r["ms"]
+        cells = [f"{ms[p]:.3f}" if p in ms else "-" for p in providers]
+        ratios = [f"{ms[p] / ms['gdn']:.2f}x" if p in ms and "gdn" in ms else "-" for p in peers]
+        floor = f"{100 * r['floor_ms'] / ms['gdn']:.0f}%" if "gdn" in ms and r["floor_ms"] else "-"
+        print(f"| {r['shape']} | {r['gates']} | {r['mode']} | " + " | ".join(cells) + " | " +
+              " | ".join(ratios) + f" | {floor} |")
+
+
+def _write(rows, out: str, machine: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    meta = dict(machine=machine, torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+    with open(os.path.join(out, "results.json"), "w") as fh:
+        json.dump(dict(meta=meta, rows=rows), fh, indent=1)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"wrote {out}/results.json (no plot: matplotlib is not installed)")
+        return
+    fwd = [r for r in rows if r["mode"] == "fwd"]
+    names = sorted({p for r in fwd for p in r["ms"]})
+    fig, ax = plt.subplots(figsize=(max(6, len(fwd) * 0.9), 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        ax.bar([j + i * width for j in range(len(fwd))], [r["ms"].get(name, 0) for r in fwd], width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(fwd))])
+    ax.set_xticklabels([f"{r['shape']}\n{r['gates']}" for r in fwd], fontsize=7)
+    ax.set_ylabel("forward ms (lower is better)")
+    ax.set_title(f"gdn bench: {machine}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "bench.png"), dpi=120)
+    print(f"wrote {out}/results.json and {out}/bench.png")
