@@ -50,6 +50,18 @@ def test_triton_varlen_with_empty_sequences():
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
+@pytest.mark.parametrize("inverse", ["substitution", "product"])
+def test_triton_inverse_variants(inverse):
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 100, 1, 2, 32, 32, dtype=torch.float32, initial_state=True,
+                                         seed=12, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=64, inverse=inverse, precision="ieee")
+    assert_close(o, o_ref, rtol=1e-5, name="o")
+    assert_close(S, S_ref, rtol=1e-5, name="S")
+
+
 @pytest.mark.parametrize("segments", [1, 3])
 def test_triton_bf16(segments):
     from gdn.ops.triton import triton_forward
