@@ -4,7 +4,7 @@ Shape: hidden 2048, 16 key heads, 32 value heads of 128, conv kernel 4, B=1, T=2
 float32, no grad, torch.set_num_threads(2). transformers runs its reference torch code (FLA is
 never used: the benchmark binds the torch functions even where fla-core is installed).
 
-Two times per layer, medians over repeats, measured in one run:
+Two times per layer, medians over repeats, measured in one run, the four cases taking turns:
 - layer: the whole forward.
 - outside projections: the forward with the five linear projections (in_proj_qkv, in_proj_z,
   in_proj_b, in_proj_a, out_proj) replaced by stubs returning their precomputed outputs, i.e. the
@@ -15,6 +15,7 @@ Two times per layer, medians over repeats, measured in one run:
 from __future__ import annotations
 
 import argparse
+import copy
 import platform
 import statistics
 import time
@@ -71,14 +72,40 @@ def gdn_layer(weights: dict):
     return layer
 
 
-def median_ms(fn, repeats: int) -> float:
-    fn()                                         # warm-up
-    times = []
+def interleaved_medians_ms(fns: dict, repeats: int) -> dict:
+    """Median time of each callable, in ms. The callables take turns within every repeat, so a
+    change of machine load (this CPU is shared) hits all of them alike."""
+    for fn in fns.values():
+        fn()                                     # warm-up
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def gdn_parts_ms(layer, x, repeats: int) -> dict:
+    """gdn's non-projection work piece by piece, on the layer's own intermediate tensors."""
+    import torch.nn.functional as F
+
+    import gdn
+    from gdn.layers.conv import causal_conv1d
+    from gdn.layers.norm import gated_rms_norm
+
+    mixed, z, b, a = layer.project(x)
+    conv_out, _ = causal_conv1d(mixed, layer.conv1d.weight)
+    q, k, v = torch.split(conv_out, [H * K, H * K, HV * V], dim=-1)
+    q, k, v = q.view(1, -1, H, K), k.view(1, -1, H, K), v.view(1, -1, HV, V)
+    beta = b.float().sigmoid()
+    g = -layer.A_log.float().exp() * F.softplus(a.float() + layer.dt_bias.float())
+    o, _ = gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True)
+    return interleaved_medians_ms({
+        "conv+SiLU": lambda: causal_conv1d(mixed, layer.conv1d.weight),
+        "gates": lambda: (b.float().sigmoid(), -layer.A_log.float().exp() * F.softplus(a.float() + layer.dt_bias)),
+        "op (gdn.gated_delta_rule, chunk)": lambda: gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True),
+        "gated norm": lambda: gated_rms_norm(o, z, layer.norm.weight, layer.config.rms_norm_eps)}, repeats)
 
 
 def stub_projections(layer, x):
@@ -123,15 +150,18 @@ def main() -> None:
         x = torch.randn(1, args.tokens, HIDDEN, generator=torch.Generator().manual_seed(1))
         y_hf, y_ours = hf(x), ours(x)
         rel = ((y_ours - y_hf).norm() / y_hf.norm()).item()
-        rows = {}
-        for name, layer in (("transformers (torch)", hf), ("gdn", ours)):
-            whole = median_ms(lambda: layer(x), args.repeats)
-            stub_projections(layer, x)
-            outside = median_ms(lambda: layer(x), args.repeats)
-            rows[name] = (whole, outside)
+        # The "outside" variants are copies whose projections are stubs (same weights elsewhere).
+        hf_outside, ours_outside = copy.deepcopy(hf), copy.deepcopy(ours)
+        stub_projections(hf_outside, x)
+        stub_projections(ours_outside, x)
+        t = interleaved_medians_ms({
+            "hf": lambda: hf(x), "ours": lambda: ours(x),
+            "hf_outside": lambda: hf_outside(x), "ours_outside": lambda: ours_outside(x)}, args.repeats)
+        parts = gdn_parts_ms(ours, x, args.repeats)
+    rows = {"transformers (torch)": (t["hf"], t["hf_outside"]), "gdn": (t["ours"], t["ours_outside"])}
 
     print(f"One Qwen3.5-shaped Gated DeltaNet layer, B=1, T={args.tokens}, hidden {HIDDEN}, H={H}, HV={HV}, "
-          f"K=V={K}, conv {W}; median of {args.repeats}")
+          f"K=V={K}, conv {W}; median of {args.repeats}, taking turns")
     print(f"machine: {machine_line()}")
     print(f"output relative difference gdn vs transformers: {rel:.1e}\n")
     print("| layer | whole layer | outside the 5 projections (conv, gates, op, norm) |")
@@ -140,6 +170,7 @@ def main() -> None:
         print(f"| {name} | {whole:.1f} ms | {outside:.1f} ms |")
     (w0, o0), (w1, o1) = rows.values()
     print(f"| speed-up | {w0 / w1:.2f}x | {o0 / o1:.2f}x |")
+    print("\ngdn outside the projections, by part: " + ", ".join(f"{k} {v:.1f} ms" for k, v in parts.items()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""gdn.integrations.transformers: a patched tiny Qwen3.5 / Qwen3.5-MoE / Qwen3-Next gives transformers'
+logits and greedy tokens, its linear-attention math runs through gdn (prefill and decode), whatever
+transformers bound at import (e.g. FLA's kernels, which crash on CPU tensors), and it all undoes."""
+import importlib
+import importlib.util
+
+import pytest
+import torch
+
+import gdn
+from gdn.integrations.transformers import (MODELING_MODULES, REPLACEMENTS, is_patched, patch, patch_transformers,
+                                           unpatch, unpatch_transformers)
+from tests.layers.tiny_models import tiny_model, use_transformers_torch_code
+from tests.tolerances import assert_close
+
+MODULE_OF = dict(zip(["qwen3_5", "qwen3_5_moe", "qwen3_next"], MODELING_MODULES))
+NEW_TOKENS = 6
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def transformers_torch_code(monkeypatch):
+    """"transformers" below means its own torch code, whatever kernels it bound at import."""
+    use_transformers_torch_code(monkeypatch)
+
+
+@pytest.fixture
+def gdn_calls(monkeypatch):
+    """Counts calls of gdn's two FLA-compatible entry points (the stand-ins look them up per call)."""
+    calls = {"chunk": 0, "recurrent": 0}
+    for name, key in [("chunk_gated_delta_rule", "chunk"), ("fused_recurrent_gated_delta_rule", "recurrent")]:
+        original = getattr(gdn, name)
+
+        def counting(*args, _original=original, _key=key, **kwargs):
+            calls[_key] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(gdn, name, counting)
+    return calls
+
+
+def prompt(batch=2, T=21, seed=0):
+    return torch.randint(0, 128, (batch, T), generator=torch.Generator().manual_seed(seed))
+
+
+def greedy(model, ids):
+    out = model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                         pad_token_id=0)
+    return out[:, ids.shape[1]:]
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
+def test_patched_model_matches_transformers(kind, gdn_calls):
+    model, ids = tiny_model(kind), prompt()
+    logits, tokens = model(ids).logits, greedy(model, ids)
+    assert gdn_calls == {"chunk": 0, "recurrent": 0}
+
+    assert patch(model) is model and is_patched(model)
+    assert_close(model(ids).logits, logits, rtol=2e-5, name=f"{kind} logits")
+    assert gdn_calls["chunk"] == 3                               # one per linear-attention layer
+    assert torch.equal(greedy(model, ids), tokens)
+    assert gdn_calls["recurrent"] == 3 * (NEW_TOKENS - 1)        # decode went through gdn too
+
+    unpatch(model)
+    assert not is_patched(model) and "forward" not in vars(model.model.layers[0].linear_attn)
+    before = dict(gdn_calls)
+    assert_close(model(ids).logits, logits, rtol=0, name="unpatched logits")
+    assert gdn_calls == before
+
+
+def test_left_padded_batch():
+    model, ids = tiny_model("qwen3_next"), prompt()
+    mask = torch.ones_like(ids)
+    mask[1, :5], ids[1, :5] = 0, 0                               # second row left-padded
+    logits = model(ids, attention_mask=mask).logits
+    tokens = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    patch(model)
+    assert_close(model(ids, attention_mask=mask).logits, logits, rtol=2e-5, name="logits")
+    assert torch.equal(model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                      pad_token_id=0), tokens)
+
+
+def test_patch_is_idempotent_per_model_and_keeps_weights(gdn_calls):
+    patched, other = tiny_model("qwen3_5"), tiny_model("qwen3_5")
+    weights = {k: v.clone() for k, v in patched.state_dict().items()}
+    patch(patched)
+    patch(patched)
+    for k, v in patched.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    other(prompt())                                              # a model not patched: transformers' path
+    assert gdn_calls["chunk"] == 0
+    patched(prompt())
+    assert gdn_calls["chunk"] == 3
+
+
+def test_works_when_transformers_bound_kernels_that_fail_on_cpu(monkeypatch):
+    """What happens with fla-core installed: transformers binds FLA's Triton kernels at import and
+    they fail on CPU tensors. Simulate by binding functions that raise."""
+    model, ids = tiny_model("qwen3_5"), prompt()
+    logits, tokens = model(ids).logits, greedy(model, ids)
+    module = importlib.import_module(MODULE_OF["qwen3_5"])
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("0 active drivers ([]). There should only be one.")
+
+    for name in REPLACEMENTS:
+        monkeypatch.setattr(module, name, crash)
+    with pytest.raises(RuntimeError, match="active drivers"):
+        model(ids)
+    patch(model)
+    assert_close(model(ids).logits, logits, rtol=2e-5, name="logits")
+    assert torch.equal(greedy(model, ids), tokens)
+    unpatch(model)
+
+
+def test_patch_transformers_covers_models_created_later(gdn_calls):
+    reference = tiny_model("qwen3_5_moe")
+    ids = prompt(batch=1)
+    logits = reference(ids).logits
+    originals = {name: getattr(importlib.import_module(name), "causal_conv1d_fn") for name in MODELING_MODULES}
+    try:
+        assert patch_transformers() == list(MODELING_MODULES)
+        patch_transformers()                                     # twice: no-op, originals kept
+        model = tiny_model("qwen3_5_moe")                        # same seed, same weights
+        assert is_patched(model)
+        assert_close(model(ids).logits, logits, rtol=2e-5, name="logits")
+        assert gdn_calls["chunk"] == 3
+    finally:
+        unpatch_transformers()
+    for name, fn in originals.items():
+        assert getattr(importlib.import_module(name), "causal_conv1d_fn") is fn
+    assert not is_patched(reference)
+
+
+def test_patch_refuses_a_model_without_gated_deltanet():
+    with pytest.raises(ValueError, match="no transformers Gated DeltaNet layer"):
+        patch(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="model must be"):
+        patch("model")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="fla-core not installed")
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_next"])
+def test_with_fla_core_installed(kind, monkeypatch):
+    """The real case: transformers bound FLA's Triton kernels, which fail on CPU tensors."""
+    model, ids = tiny_model(kind), prompt()
+    logits, tokens = model(ids).logits, greedy(model, ids)         # transformers' torch code
+    monkeypatch.undo()                                              # back to what transformers bound
+    with pytest.raises(RuntimeError):
+        model(ids)
+    patch(model)
+    assert_close(model(ids).logits, logits, rtol=2e-5, name=f"{kind} logits")
+    assert torch.equal(greedy(model, ids), tokens)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_patched_model_on_cuda():
+    model, ids = tiny_model("qwen3_5"), prompt()
+    logits, tokens = model(ids).logits, greedy(model, ids)
+    patch(model.cuda())
+    assert_close(model(ids.cuda()).logits, logits, rtol=1e-4, name="cuda logits")
+    assert torch.equal(greedy(model, ids.cuda()).cpu(), tokens)

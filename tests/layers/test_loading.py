@@ -1,0 +1,118 @@
+"""GatedDeltaNet.from_pretrained: sharded and single-file checkpoints, the multimodal Qwen3.5 prefix,
+and errors that name the missing / unexpected / misshaped tensor or the wrong layer."""
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from gdn.layers import GatedDeltaNet
+from tests.layers.tiny_models import FULL_ATTENTION_LAYER, tiny_model
+
+LAYER = 1
+
+
+def all_tensors(path):
+    tensors = {}
+    for f in sorted(path.glob("*.safetensors")):
+        tensors.update(load_file(f))
+    return tensors
+
+
+def write_checkpoint(path, tensors, config):
+    """One model.safetensors + config.json."""
+    path.mkdir()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path / "model.safetensors")
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def config_of(path):
+    return json.loads((path / "config.json").read_text())
+
+
+def test_loads_exactly_the_transformers_weights(saved):
+    kind, model, path = saved
+    if kind == "qwen3_5":
+        assert (path / "model.safetensors.index.json").exists()       # the sharded one
+    layer = GatedDeltaNet.from_pretrained(path, LAYER)
+    expected = model.model.layers[LAYER].linear_attn.state_dict()
+    got = layer.state_dict()
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    assert not layer.training
+
+
+def test_multimodal_prefix_and_nested_config(tmp_path):
+    """Qwen3.5 as published: text tower under model.language_model, config under text_config."""
+    model = tiny_model("qwen3_5", seed=2)
+    model.save_pretrained(tmp_path / "text")
+    tensors = {k.replace("model.", "model.language_model.", 1): v for k, v in all_tensors(tmp_path / "text").items()}
+    config = {"model_type": "qwen3_5", "text_config": config_of(tmp_path / "text")}
+    ckpt = write_checkpoint(tmp_path / "mm", tensors, config)
+    layer = GatedDeltaNet.from_pretrained(ckpt, LAYER, dtype=torch.bfloat16)
+    ref = model.model.layers[LAYER].linear_attn
+    assert layer.in_proj_qkv.weight.dtype == torch.bfloat16
+    assert torch.equal(layer.A_log, ref.A_log.bfloat16())
+
+
+@pytest.fixture
+def single(saved, tmp_path):
+    """The checkpoint's tensors and config, to be edited then written as one file."""
+    kind, _, path = saved
+    return kind, all_tensors(path), config_of(path), tmp_path / "edited"
+
+
+def test_missing_tensor(single):
+    kind, tensors, config, out = single
+    key = f"model.layers.{LAYER}.linear_attn.dt_bias"
+    del tensors[key]
+    with pytest.raises(ValueError, match=f"missing tensor.*{key}"):
+        GatedDeltaNet.from_pretrained(write_checkpoint(out, tensors, config), LAYER)
+
+
+def test_unexpected_tensor(single):
+    kind, tensors, config, out = single
+    key = f"model.layers.{LAYER}.linear_attn.conv1d.bias"
+    tensors[key] = torch.zeros(160)
+    with pytest.raises(ValueError, match=f"unexpected tensor.*{key}"):
+        GatedDeltaNet.from_pretrained(write_checkpoint(out, tensors, config), LAYER)
+
+
+def test_wrong_shape(single):
+    kind, tensors, config, out = single
+    key = f"model.layers.{LAYER}.linear_attn.out_proj.weight"
+    tensors[key] = tensors[key][:, :-1]
+    with pytest.raises(ValueError, match=rf"{key} has shape \[64, 95\], expected \[64, 96\]"):
+        GatedDeltaNet.from_pretrained(write_checkpoint(out, tensors, config), LAYER)
+
+
+def test_full_attention_and_out_of_range_layer(saved):
+    _, _, path = saved
+    with pytest.raises(ValueError, match=f"layer_idx {FULL_ATTENTION_LAYER} is a 'full_attention' layer"):
+        GatedDeltaNet.from_pretrained(path, FULL_ATTENTION_LAYER)
+    with pytest.raises(ValueError, match="out of range"):
+        GatedDeltaNet.from_pretrained(path, 4)
+    with pytest.raises(ValueError, match="layer_idx must"):
+        GatedDeltaNet.from_pretrained(path, "1")
+
+
+def test_bad_directories(saved, tmp_path):
+    _, _, path = saved
+    with pytest.raises(ValueError, match="checkpoint directory"):
+        GatedDeltaNet.from_pretrained(tmp_path / "nope", LAYER)
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    shutil.copy(path / "config.json", empty / "config.json")
+    with pytest.raises(ValueError, match=r"no \*.safetensors"):
+        GatedDeltaNet.from_pretrained(empty, LAYER)
+    if (path / "model.safetensors.index.json").exists():
+        broken = tmp_path / "broken_index"
+        shutil.copytree(path, broken)
+        shard = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"][
+            f"model.layers.{LAYER}.linear_attn.A_log"]
+        (broken / shard).unlink()
+        with pytest.raises(ValueError, match=f"lists {shard}"):
+            GatedDeltaNet.from_pretrained(broken, LAYER)
