@@ -5,7 +5,6 @@ import torch
 
 from .checks import check_inputs
 from .ops.chunk import chunk_forward
-from .ops.common import l2norm
 from .ops.recurrent import recurrent_forward
 from .ops.scan import scan_forward
 
@@ -79,33 +78,31 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
     tensors = (q, k, v, g, beta) + ((initial_state,) if initial_state is not None else ())
     dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
     qc, kc, vc, gc, bc = (t.to(dtype) for t in (q, k, v, g, beta))
-    if use_qk_l2norm:
-        qc, kc = l2norm(qc), l2norm(kc)
     S0 = None if initial_state is None else initial_state.to(dtype)
     forward = TORCH_ALGORITHMS[backend]
 
     if bounds is None:
-        o, S = _run_dense(forward, qc, kc, vc, gc, bc, scale, S0, chunk_size)
+        o, S = _run_dense(forward, qc, kc, vc, gc, bc, scale, S0, chunk_size, use_qk_l2norm)
     else:
         # Each packed sequence runs as its own batch of one: exact, and no padding work.
         outs, states = [], []
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             s0 = None if S0 is None else S0[i:i + 1]
             o_i, S_i = _run_dense(forward, qc[:, a:b], kc[:, a:b], vc[:, a:b], gc[:, a:b], bc[:, a:b],
-                                  scale, s0, chunk_size)
+                                  scale, s0, chunk_size, use_qk_l2norm)
             outs.append(o_i)
             states.append(S_i)
         o, S = torch.cat(outs, dim=1), torch.cat(states, dim=0)
     return o.to(v.dtype), (S if output_final_state else None)
 
 
-def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size):
+def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if T == 0:
         S = q.new_zeros(B, HV, K, V) if S0 is None else S0.clone()
         return v.new_zeros(B, 0, HV, V), S
-    return forward(q, k, v, g, beta, scale, S0, chunk_size)
+    return forward(q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm)
 
 
 def resolve_backend(backend: str, *tensors) -> str:

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import itertools
 import platform
+import sys
 import warnings
 
 import torch
 
 from .. import gated_delta_rule
+from .peers import available_peers
 from .timing import median_ms, random_problem
 from .walkthrough import print_walkthrough
 
@@ -20,13 +22,9 @@ def _backends(device):
 
 
 def _hf_chunk():
-    """transformers' Qwen3-Next torch implementation, when transformers is installed."""
-    try:
-        warnings.filterwarnings("ignore", message=".*flash-linear-attention.*")
-        from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
-        return torch_chunk_gated_delta_rule
-    except Exception:
-        return None
+    """transformers' Qwen3-Next torch implementation (gdn.cli.peers' "hf"), when transformers is installed."""
+    warnings.filterwarnings("ignore", message=".*flash-linear-attention.*")
+    return available_peers("cpu").get("hf")
 
 
 def print_cross_check(device: str) -> None:
@@ -61,16 +59,15 @@ def print_timing(device: str, max_T: int) -> None:
         row = {}
         with torch.no_grad():
             for name in columns:
-                print(f"  timing {name} at T={T} ...", end="\r", flush=True)
+                print(f"  timing {name} at T={T} ...", file=sys.stderr, flush=True)
                 if name == "transformers":
-                    fn = lambda: hf(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+                    fn = lambda: hf(q, k, v, g, beta, use_qk_l2norm=True)
                 else:
                     fn = lambda name=name: gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, backend=name)
                 repeats = 1 if name == "recurrent" and T > 1024 else 3
                 row[name] = median_ms(fn, device, repeats=repeats)
         base = row.get("transformers", row["recurrent"])
-        print(f"{T:>6} " + " ".join(f"{row[c]:>12.1f}" for c in columns) + f"   {base / row['chunk']:.1f}x"
-              + " " * 20)
+        print(f"{T:>6} " + " ".join(f"{row[c]:>12.1f}" for c in columns) + f"   {base / row['chunk']:.1f}x")
 
 
 def run_demo(args) -> None:

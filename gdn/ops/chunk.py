@@ -11,14 +11,15 @@ import torch
 from .wy import chunk_factors
 
 
-def chunk_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64):
+def chunk_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
+                  use_qk_l2norm: bool = False):
     """Chunked Gated DeltaNet on dense batches; same contract as
     :func:`gdn.ops.recurrent.recurrent_forward`: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
     g, beta ``[B, T, HV]``, initial_state ``[B, HV, K, V]`` or None, all in the compute dtype.
     Returns o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    f = chunk_factors(q, k, v, g, beta, scale, chunk_size)
+    f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)
     N = f.num_chunks
     S = q.new_zeros(B, H, HV // H, K, V) if initial_state is None else initial_state.view(B, H, HV // H, K, V)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (f.u, f.w, S)):
@@ -29,12 +30,13 @@ def chunk_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size
             writes.append(U)
             S = f.end_state(S, U, n)
         starts, writes = torch.stack(starts), torch.stack(writes)
-    else:
-        starts = q.new_empty(N, B, H, HV // H, K, V)               # state before chunk n
+    else:                                        # products written straight into their buffers
+        starts = q.new_empty(N + 1, B, H, HV // H, K, V)           # state before chunk n; [N] final
+        starts[0] = S
         writes = torch.empty_like(f.u)
         for n in range(N):
-            starts[n] = S
-            writes[n] = f.writes(S, n)
-            S = f.end_state(S, writes[n], n)
+            f.writes(starts[n], n, out=writes[n])
+            f.end_state(starts[n], writes[n], n, out=starts[n + 1])
+        S, starts = starts[N], starts[:N]
     o = f.outputs(starts, writes)                                      # all chunks at once
     return o, S.reshape(B, HV, K, V)

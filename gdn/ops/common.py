@@ -15,9 +15,14 @@ import torch
 L2NORM_EPS = 1e-6
 
 
+def l2norm_factors(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
+    """``1 / sqrt(sum(x**2, -1) + eps)`` ``[..., 1]`` dropped to ``[...]``: the per-row factor of l2norm."""
+    return torch.rsqrt(torch.linalg.vector_norm(x, dim=-1).square() + eps)
+
+
 def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     """``x / sqrt(sum(x**2, -1) + eps)``: the q/k normalisation of Qwen3.5 (and FLA's in-kernel one)."""
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    return x * l2norm_factors(x, eps)[..., None]
 
 
 def to_grouped(q, k, v, g, beta):

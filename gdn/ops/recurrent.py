@@ -10,23 +10,27 @@ from __future__ import annotations
 
 import torch
 
-from .common import from_grouped_output, state_from_grouped, state_to_grouped, to_grouped
+from .common import from_grouped_output, l2norm, state_from_grouped, state_to_grouped, to_grouped
 
 
-def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64):
+def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
+                      use_qk_l2norm: bool = False):
     """Token-by-token Gated DeltaNet on dense batches.
 
     Args:
         q, k: ``[B, T, H, K]``; v: ``[B, T, HV, V]``; g, beta: ``[B, T, HV]``: all in the compute
-            dtype (float32 or float64), q/k already l2-normalised if asked.
+            dtype (float32 or float64).
         scale: multiplies the output.
         initial_state: ``[B, HV, K, V]`` in the compute dtype, or None for zeros.
         chunk_size: unused (same signature as the other algorithms).
+        use_qk_l2norm: l2-normalise q and k over K first.
     Returns:
         o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``, both in the compute dtype.
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
     q, k, v, g, beta = to_grouped(q, k, v, g, beta)
     if initial_state is None:
         S = q.new_zeros(B, H, HV // H, K, V)

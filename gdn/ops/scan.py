@@ -58,14 +58,15 @@ def _inclusive_scan(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64):
+def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
+                 use_qk_l2norm: bool = False):
     """Scan-based Gated DeltaNet on dense batches; same contract as
     :func:`gdn.ops.recurrent.recurrent_forward`: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
     g, beta ``[B, T, HV]``, initial_state ``[B, HV, K, V]`` or None, all in the compute dtype.
     Returns o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    f = chunk_factors(q, k, v, g, beta, scale, chunk_size)
+    f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)
     S_init = q.new_zeros(B, H, HV // H, K, V) if initial_state is None else initial_state.view(B, H, HV // H, K, V)
     A, Bc = f.affine_maps()                                            # [N, B, H, G, K, K|V]
     after = prefix_states(A, Bc, S_init)                               # [N, B, H, G, K, V]

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .common import l2norm_factors
+
 
 @dataclass
 class ChunkFactors:
@@ -37,7 +39,8 @@ class ChunkFactors:
     attn:    ``[N, B, H, G, C, C]`` scale * (q k^T) . D, lower triangle with the diagonal
     w:       ``[N, B, H, G, C, K]`` (I + A)^-1 (beta e^G k)
     u:       ``[N, B, H, G, C, V]`` (I + A)^-1 (beta v)
-    k_dec_t: ``[N, B, H, G, K, C]`` (k e^{G_C - G})^T
+    k_t:     ``[N, B, H, 1, K, C]`` k^T (a view of the contiguous keys)
+    tail_decay: ``[N, B, H, G, C]`` e^{G_C - G}: k_dec = diag(tail_decay) k
     gamma:   ``[N, B, H, G]`` e^{G_C}, the decay of the whole chunk
     States are ``[B, H, G, K, V]`` for one chunk, ``[N, B, H, G, K, V]`` for all.
     """
@@ -46,7 +49,8 @@ class ChunkFactors:
     attn: torch.Tensor
     w: torch.Tensor
     u: torch.Tensor
-    k_dec_t: torch.Tensor
+    k_t: torch.Tensor
+    tail_decay: torch.Tensor
     gamma: torch.Tensor
     T: int
 
@@ -54,15 +58,25 @@ class ChunkFactors:
     def num_chunks(self) -> int:
         return self.u.shape[0]
 
-    def writes(self, S0: torch.Tensor, n=slice(None)) -> torch.Tensor:
-        """U = u - w S0: what the tokens of chunk(s) ``n`` really write, from start state(s) ``S0``."""
+    def writes(self, S0: torch.Tensor, n=slice(None), out=None) -> torch.Tensor:
+        """U = u - w S0: what the tokens of chunk(s) ``n`` really write, from start state(s) ``S0``
+        (into ``out`` when given)."""
         u = self.u[n]
-        return torch.baddbmm(u.flatten(0, -3), self.w[n].flatten(0, -3), S0.flatten(0, -3), alpha=-1).view(u.shape)
+        args = (u.flatten(0, -3), self.w[n].flatten(0, -3), S0.flatten(0, -3))
+        if out is None:
+            return torch.baddbmm(*args, alpha=-1).view(u.shape)
+        return torch.baddbmm(*args, alpha=-1, out=out.view(args[0].shape)).view(u.shape)
 
-    def end_state(self, S0: torch.Tensor, U: torch.Tensor, n: int) -> torch.Tensor:
-        """S_end = gamma S0 + k_dec^T U for chunk ``n``."""
+    def end_state(self, S0: torch.Tensor, U: torch.Tensor, n: int, out=None) -> torch.Tensor:
+        """S_end = gamma S0 + k_dec^T U = gamma S0 + k^T (diag(e^{G_C - G}) U) for chunk ``n``
+        (scaling the C x V writes, not a K x C copy of the keys); into ``out`` when given."""
         S = self.gamma[n, ..., None, None] * S0
-        return torch.baddbmm(S.flatten(0, -3), self.k_dec_t[n].flatten(0, -3), U.flatten(0, -3)).view(S.shape)
+        U = U * self.tail_decay[n, ..., None]
+        k_t = self.k_t[n].expand(*S.shape[:-2], *self.k_t.shape[-2:])
+        S, k_t, U = S.flatten(0, -3), k_t.flatten(0, -3), U.flatten(0, -3)
+        if out is None:
+            return torch.baddbmm(S, k_t, U).view(S0.shape)
+        return torch.baddbmm(S, k_t, U, out=out.view(S.shape)).view(S0.shape)
 
     def outputs(self, starts: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
         """O = q_dec S_start + attn U for every chunk at once, in the public layout ``[B, T, HV, V]``."""
@@ -75,14 +89,29 @@ class ChunkFactors:
         """(A_c ``[N, B, H, G, K, K]``, B_c ``[N, B, H, G, K, V]``) with S_end = A_c S0 + B_c."""
         K = self.w.shape[-1]
         eye = torch.eye(K, dtype=self.w.dtype, device=self.w.device)
-        A = self.gamma[..., None, None] * eye - self.k_dec_t @ self.w
-        B = self.k_dec_t @ self.u
+        k_dec_t = self.k_t * self.tail_decay[..., None, :]
+        A = self.gamma[..., None, None] * eye - k_dec_t @ self.w
+        B = k_dec_t @ self.u
         return A, B
 
 
-def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int) -> ChunkFactors:
+def _to_chunks(x: torch.Tensor, N: int, C: int, G: int, row_scale=None) -> torch.Tensor:
+    """``[B, N*C, H*G, D]`` -> contiguous chunk-major ``[N, B, H, G, C, D]``, rows optionally
+    multiplied by ``row_scale`` ``[B, N*C, H*G]`` in the same pass over memory."""
+    B, _, HG, D = x.shape
+    src = x.view(B, N, C, HG // G, G, D).permute(1, 0, 3, 4, 2, 5)
+    if row_scale is None:
+        return src.contiguous()
+    scale = row_scale.view(B, N, C, HG // G, G, 1).permute(1, 0, 3, 4, 2, 5)
+    if torch.is_grad_enabled() and (x.requires_grad or row_scale.requires_grad):
+        return (src * scale).contiguous()
+    out = torch.empty(src.shape, dtype=x.dtype, device=x.device)
+    return torch.mul(src, scale, out=out)
+
+
+def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm: bool = False) -> ChunkFactors:
     """WY factors of every chunk. q, k ``[B, T, H, K]``; v ``[B, T, HV, V]``; g, beta ``[B, T, HV]``,
-    all in the compute dtype.
+    all in the compute dtype; ``use_qk_l2norm`` normalises q and k on their way into chunk layout.
 
     The sequence is padded to a multiple of ``chunk_size`` with g = beta = 0 and zero q/k/v: a padded
     token's map is the identity, so it changes neither the state nor any real output. Per-token
@@ -98,10 +127,12 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int) -> ChunkFacto
         q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
         g, beta = F.pad(g, (0, 0, 0, pad)), F.pad(beta, (0, 0, 0, pad))
     N = (T + pad) // C
-    # One copy into chunk-major layout; every product below is then a plain batched matmul.
-    q = q.view(B, N, C, H, 1, K).permute(1, 0, 3, 4, 2, 5).contiguous()       # [N, B, H, 1, C, K]
-    k = k.view(B, N, C, H, 1, K).permute(1, 0, 3, 4, 2, 5).contiguous()       # [N, B, H, 1, C, K]
-    v = v.view(B, N, C, H, G, V).permute(1, 0, 3, 4, 2, 5).contiguous()       # [N, B, H, G, C, V]
+    # One pass into chunk-major layout (the l2 normalisation rides along); every product below is
+    # then a plain batched matmul.
+    r_q, r_k = (l2norm_factors(x) if use_qk_l2norm else None for x in (q, k))
+    q = _to_chunks(q, N, C, 1, r_q)                                           # [N, B, H, 1, C, K]
+    k = _to_chunks(k, N, C, 1, r_k)                                           # [N, B, H, 1, C, K]
+    v = _to_chunks(v, N, C, G)                                                # [N, B, H, G, C, V]
     g = g.view(B, N, C, H, G).permute(1, 0, 3, 4, 2)                          # [N, B, H, G, C]
     beta = beta.view(B, N, C, H, G).permute(1, 0, 3, 4, 2)                    # [N, B, H, G, C]
 
@@ -115,9 +146,8 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int) -> ChunkFacto
     w = (T_inv * (beta * Gc.exp())[..., None, :]) @ k                     # (I + A)^-1 diag(beta e^G) K
     attn = (q @ kt) * (scale * D)
     q_dec = q * (scale * Gc.exp())[..., None]
-    k_dec_t = (kt * (Gc[..., -1:] - Gc).exp()[..., None, :]).expand(N, B, H, G, K, C)
-    return ChunkFactors(q_dec=q_dec.expand(N, B, H, G, C, K).contiguous(), attn=attn, w=w, u=u,
-                        k_dec_t=k_dec_t.contiguous(), gamma=Gc[..., -1].exp(), T=T)
+    return ChunkFactors(q_dec=q_dec.expand(N, B, H, G, C, K).contiguous(), attn=attn, w=w, u=u, k_t=kt,
+                        tail_decay=(Gc[..., -1:] - Gc).exp(), gamma=Gc[..., -1].exp(), T=T)
 
 
 def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:

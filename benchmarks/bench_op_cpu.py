@@ -1,0 +1,64 @@
+"""CPU speed of the op (issue: chunk >= 3x transformers, scan within 3x of chunk), one run, side by side.
+
+B=1, H=HV=16, K=V=128, float32, no grad, l2norm, torch threads = 2 by default. The providers take
+turns inside every repeat (this VM's speed drifts between runs), median of the repeats.
+
+    python benchmarks/bench_op_cpu.py [--lengths 512,2048,8192] [--repeats 5] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+import warnings
+
+import torch
+
+import gdn
+from gdn.cli.peers import available_peers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lengths", default="512,2048,8192")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--recurrent-max-T", type=int, default=2048, help="skip the token loop beyond this T")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    hf = available_peers("cpu").get("hf")          # transformers' own torch code, when installed
+    H, K = 16, 128
+    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; B=1, H=HV={H}, K=V={K}, float32, no grad, l2norm; "
+          f"median of {args.repeats}, providers interleaved")
+    print("\n| T | recurrent ms | chunk ms | scan ms | transformers ms | transformers / chunk | scan / chunk |")
+    print("|---|---|---|---|---|---|---|")
+    for T in (int(t) for t in args.lengths.split(",")):
+        gen = torch.Generator().manual_seed(T)
+        q, k, v = (torch.randn(1, T, H, K, generator=gen) for _ in range(3))
+        g = torch.nn.functional.logsigmoid(torch.randn(1, T, H, generator=gen) + 4)
+        beta = torch.rand(1, T, H, generator=gen)
+        fns = {name: (lambda name=name: gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, backend=name))
+               for name in ("recurrent", "chunk", "scan") if name != "recurrent" or T <= args.recurrent_max_T}
+        if hf is not None:
+            fns["transformers"] = lambda: hf(q, k, v, g, beta, use_qk_l2norm=True)
+        times = {name: [] for name in fns}
+        with torch.no_grad():
+            for fn in fns.values():
+                fn()                                                   # warm-up
+            for _ in range(args.repeats):
+                for name, fn in fns.items():
+                    start = time.perf_counter()
+                    fn()
+                    times[name].append((time.perf_counter() - start) * 1e3)
+        ms = {name: statistics.median(t) for name, t in times.items()}
+        cell = lambda name: f"{ms[name]:.1f}" if name in ms else "-"
+        ratio = f"{ms['transformers'] / ms['chunk']:.2f}x" if "transformers" in ms else "-"
+        print(f"| {T} | {cell('recurrent')} | {cell('chunk')} | {cell('scan')} | {cell('transformers')} | "
+              f"{ratio} | {ms['scan'] / ms['chunk']:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

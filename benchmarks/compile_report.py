@@ -1,0 +1,212 @@
+"""Ahead-of-time compile report for the Triton forward: registers, spills, shared memory, matrix units.
+
+No GPU needed. The launcher (gdn.ops.triton.chunk_fwd.triton_forward) runs on ``meta`` tensors with its
+kernels swapped for recorders, so every kernel is compiled with exactly the constexprs, argument
+specialisations (16-divisible pointers and ints, ints equal to 1 folded) and launch options that a
+real call would use; then ``triton.compile`` builds each one for an H100/H200 (sm_90a) and ptxas (from
+the Triton wheel) reports registers and spills, cuobjdump the SASS.
+
+    python3 benchmarks/compile_report.py                      # every variant, B1 x T32k, H200 SM count
+    python3 benchmarks/compile_report.py --variants default,product --dump /tmp/gdn_asm
+
+Columns: regs (per thread, of 255 at most), spill st/ld (bytes, ptxas -v), stack (bytes of local
+memory per thread), smem (bytes of shared memory per program), HGMMA (warpgroup MMAs, with how many
+take bf16 / tf32 operands), HMMA (mma.sync), LDL/STL (local-memory loads/stores in the SASS: spills and
+register arrays), cvt (ttg.convert_layout ops in the TTGIR: register shuffles through shared memory),
+instr (SASS instructions), loop (instructions in the largest loop body: the per-chunk critical path of
+the state walk and segment maps), ser (ptxas says wgmma is serialized for lack of registers).
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)         # compile for real, never interpret
+
+import torch
+import triton
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import gdn.ops.triton.chunk_fwd as chunk_fwd     # noqa: E402
+
+KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
+NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+# name -> triton_forward keywords. Timing rows of the same names live in benchmarks/gpu_check.py.
+VARIANTS = {
+    "default": {},
+    "product": dict(inverse="product"),
+    "w8": dict(num_warps=8),
+    "fast": dict(fast_dots=True),
+    "fast+bf16 wy": dict(fast_dots=True, wy_dtype=torch.bfloat16),
+}
+
+
+class _Recorder:
+    """Stands in for a JITFunction: ``kernel[grid](*args, **kw)`` records the launch instead of running."""
+
+    def __init__(self, fn, launches):
+        self.fn, self.launches = fn, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launches.append((self.fn, grid, args, kw))
+
+
+def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, **kw):
+    """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs."""
+    launches = []
+    saved = {name: getattr(chunk_fwd, name) for name in KERNELS}
+    saved_sms = chunk_fwd._num_sms
+    try:
+        for name in KERNELS:
+            setattr(chunk_fwd, name, _Recorder(saved[name], launches))
+        chunk_fwd._num_sms = lambda device: num_sms
+        q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
+        k = torch.empty_like(q)
+        v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
+        g = torch.empty(B, T, HV, dtype=torch.float32, device="meta")
+        beta = torch.empty_like(g)
+        kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
+        chunk_fwd.triton_forward(q, k, v, g, beta, **kw)
+    finally:
+        for name, fn in saved.items():
+            setattr(chunk_fwd, name, fn)
+        chunk_fwd._num_sms = saved_sms
+    return launches
+
+
+def compile_launch(fn, args, kw, target):
+    """triton.compile the kernel as JITFunction.run would specialise it for these arguments."""
+    backend = make_backend(target)
+    sig = inspect.signature(fn.fn)
+    options = {name: kw[name] for name in kw if name not in sig.parameters}
+    bound = sig.bind(*args, **{name: val for name, val in kw.items() if name in sig.parameters})
+    bound.apply_defaults()
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (kp, (name, val)) in enumerate(zip(fn.params, bound.arguments.items())):
+        if kp.is_constexpr:
+            signature[name], constexprs[(i,)] = "constexpr", val
+            continue
+        ty, spec = native_specialize_impl(backend, val, kp.is_const, not kp.do_not_specialize,
+                                          not kp.do_not_specialize_on_alignment)
+        signature[name] = ty
+        if ty == "constexpr":
+            constexprs[(i,)] = spec
+        elif isinstance(spec, str):
+            attrs[(i,)] = backend.parse_attr(spec)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+
+
+def ptxas_info(ptx, arch):
+    """Registers, spill bytes, stack and warnings from ``ptxas -v`` (the flags Triton uses)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        Path(src).write_text(ptx)
+        res = subprocess.run([str(NVIDIA_BIN / "ptxas"), "-lineinfo", "-v", f"--gpu-name={arch}", src,
+                              "-o", src + ".o"], capture_output=True, text=True)
+    log = res.stderr
+    num = lambda pat: int(m.group(1)) if (m := re.search(pat, log)) else -1
+    return dict(regs=num(r"Used (\d+) registers"), spill_st=num(r"(\d+) bytes spill stores"),
+                spill_ld=num(r"(\d+) bytes spill loads"), stack=num(r"(\d+) bytes stack frame"),
+                serialized="serialized" in log, log=log)
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def sass_info(cubin):
+    """Opcode counts over the kernel and over its largest loop (the widest backward branch)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        Path(path).write_bytes(cubin)
+        sass = subprocess.run([str(NVIDIA_BIN / "cuobjdump"), "-sass", path], capture_output=True,
+                              text=True).stdout
+    instrs = [(int(a, 16), op, rest) for a, op, rest in _SASS_LINE.findall(sass)]
+    loop = (0, -1)
+    for addr, op, rest in instrs:
+        if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest)):
+            target = int(m.group(1), 16)
+            if target < addr and addr - target > loop[1] - loop[0]:
+                loop = (target, addr)
+
+    def count(selected):
+        c = Counter(op.split(".")[0] for _, op, _ in selected)
+        c["HGMMA_BF16"] = sum(1 for _, op, _ in selected if op.startswith("HGMMA") and "BF16" in op)
+        c["HGMMA_TF32"] = sum(1 for _, op, _ in selected if op.startswith("HGMMA") and "TF32" in op)
+        c["instr"] = len(selected)
+        return c
+    return count(instrs), count([i for i in instrs if loop[0] <= i[0] <= loop[1]]), sass
+
+
+def analyse(ck, arch):
+    info = ptxas_info(ck.asm["ptx"], arch)
+    total, loop, sass = sass_info(ck.asm["cubin"])
+    ttgir = ck.asm["ttgir"]
+    info.update(smem=ck.metadata.shared, warps=ck.metadata.num_warps, total=total, loop=loop, sass=sass,
+                cvt=ttgir.count("ttg.convert_layout"),
+                wgmma_ptx=len(re.findall(r"wgmma\.mma_async", ck.asm["ptx"])),
+                mma_ptx=len(re.findall(r"\bmma\.sync", ck.asm["ptx"])))
+    return info
+
+
+def row(variant, name, grid, r):
+    t, lp = r["total"], r["loop"]
+    hg = f"{t['HGMMA']} ({t['HGMMA_BF16']}b/{t['HGMMA_TF32']}t)"
+    loop = f"{lp['instr']}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
+    return (f"{variant:<18}{name:<22}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
+            f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{r['smem']:>7}  {hg:<16}{t['HMMA']:>5}"
+            f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}")
+
+
+HEADER = (f"{'variant':<18}{'kernel':<22}{'grid':<15}{'w':>3}{'regs':>5}{'spill st/ld':>14}{'stack':>6}"
+          f"{'smem':>7}  {'HGMMA (bf16/tf32)':<16}{'HMMA':>5}{'LDL/STL':>12}{'cvt':>4}{'instr':>7}"
+          f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    ap.add_argument("--shape", default="1,32768", help="B,T (H=16, HV=32, K=V=128, bf16, l2norm)")
+    ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
+    ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
+    ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
+    ap.add_argument("--ptxas-log", action="store_true", help="print ptxas -v output of each kernel")
+    args = ap.parse_args(argv)
+    B, T = (int(x) for x in args.shape.split(","))
+    target = GPUTarget("cuda", args.arch, 32)
+    arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
+    print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}, H=16 HV=32 K=V=128 bf16 l2norm, "
+          f"{args.num_sms} SMs")
+    print(HEADER)
+    seen = {}
+    for vname in args.variants.split(","):
+        for fn, grid, largs, lkw in capture_launches(B, T, 16, 32, 128, 128, args.num_sms, **VARIANTS[vname]):
+            ck = compile_launch(fn, largs, lkw, target)
+            if ck.hash not in seen:
+                seen[ck.hash] = analyse(ck, arch)
+            r = seen[ck.hash]
+            print(row(vname, fn.__name__, grid, r), flush=True)
+            if args.ptxas_log:
+                print("    " + r["log"].strip().replace("\n", "\n    "))
+            if args.dump:
+                out = Path(args.dump) / re.sub(r"[^\w.+-]", "_", vname)
+                out.mkdir(parents=True, exist_ok=True)
+                for ext in ("ttgir", "ptx"):
+                    (out / f"{fn.__name__}.{ext}").write_text(ck.asm[ext])
+                (out / f"{fn.__name__}.sass").write_text(r["sass"])
+                (out / f"{fn.__name__}.ptxas.log").write_text(r["log"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
