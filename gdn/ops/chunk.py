@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .common import grouped_initial_state
 from .wy import chunk_factors
 
 
@@ -21,7 +22,7 @@ def chunk_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size
     HV, V = v.shape[2], v.shape[3]
     f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)
     N = f.num_chunks
-    S = q.new_zeros(B, H, HV // H, K, V) if initial_state is None else initial_state.view(B, H, HV // H, K, V)
+    S = grouped_initial_state(initial_state, B, H, HV, K, V, like=q)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (f.u, f.w, S)):
         starts, writes = [], []                  # autograd: no in-place writes into shared buffers
         for n in range(N):                       # only S passes between chunks

@@ -45,13 +45,14 @@ def from_grouped_output(o: torch.Tensor) -> torch.Tensor:
     return o.reshape(B, H * G, T, V).transpose(1, 2).contiguous()
 
 
-def state_to_grouped(S: torch.Tensor, H: int) -> torch.Tensor:
-    """``[B, HV, K, V]`` -> ``[B, H, G, K, V]``."""
-    B, HV, K, V = S.shape
-    return S.reshape(B, H, HV // H, K, V)
-
-
 def state_from_grouped(S: torch.Tensor) -> torch.Tensor:
     """``[B, H, G, K, V]`` -> ``[B, HV, K, V]``."""
     B, H, G, K, V = S.shape
     return S.reshape(B, H * G, K, V)
+
+
+def grouped_initial_state(initial_state, B: int, H: int, HV: int, K: int, V: int, like: torch.Tensor):
+    """The start state ``[B, H, G, K, V]``: a view of ``initial_state`` ``[B, HV, K, V]``, or zeros."""
+    if initial_state is None:
+        return like.new_zeros(B, H, HV // H, K, V)
+    return initial_state.view(B, H, HV // H, K, V)

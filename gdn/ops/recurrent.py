@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import from_grouped_output, l2norm, state_from_grouped, state_to_grouped, to_grouped
+from .common import from_grouped_output, grouped_initial_state, l2norm, state_from_grouped, to_grouped
 
 
 def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
@@ -32,10 +32,7 @@ def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
     q, k, v, g, beta = to_grouped(q, k, v, g, beta)
-    if initial_state is None:
-        S = q.new_zeros(B, H, HV // H, K, V)
-    else:
-        S = state_to_grouped(initial_state, H)
+    S = grouped_initial_state(initial_state, B, H, HV, K, V, like=q)
     outputs = []
     for t in range(T):
         k_t = k[:, :, :, t, None, :]                                   # [B, H, 1, 1, K]

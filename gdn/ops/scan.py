@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .common import grouped_initial_state
 from .wy import chunk_factors
 
 
@@ -67,7 +68,7 @@ def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size:
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)
-    S_init = q.new_zeros(B, H, HV // H, K, V) if initial_state is None else initial_state.view(B, H, HV // H, K, V)
+    S_init = grouped_initial_state(initial_state, B, H, HV, K, V, like=q)
     A, Bc = f.affine_maps()                                            # [N, B, H, G, K, K|V]
     after = prefix_states(A, Bc, S_init)                               # [N, B, H, G, K, V]
     starts = torch.cat([S_init.unsqueeze(0), after[:-1]])

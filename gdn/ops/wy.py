@@ -70,18 +70,21 @@ class ChunkFactors:
     def end_state(self, S0: torch.Tensor, U: torch.Tensor, n: int, out=None) -> torch.Tensor:
         """S_end = gamma S0 + k_dec^T U = gamma S0 + k^T (diag(e^{G_C - G}) U) for chunk ``n``
         (scaling the C x V writes, not a K x C copy of the keys); into ``out`` when given."""
-        S = self.gamma[n, ..., None, None] * S0
         U = U * self.tail_decay[n, ..., None]
-        k_t = self.k_t[n].expand(*S.shape[:-2], *self.k_t.shape[-2:])
-        S, k_t, U = S.flatten(0, -3), k_t.flatten(0, -3), U.flatten(0, -3)
+        k_t = self.k_t[n].expand(*S0.shape[:-2], *self.k_t.shape[-2:])
         if out is None:
-            return torch.baddbmm(S, k_t, U).view(S0.shape)
-        return torch.baddbmm(S, k_t, U, out=out.view(S.shape)).view(S0.shape)
+            S = self.gamma[n, ..., None, None] * S0
+            return torch.baddbmm(S.flatten(0, -3), k_t.flatten(0, -3), U.flatten(0, -3)).view(S0.shape)
+        torch.mul(S0, self.gamma[n, ..., None, None], out=out)         # no autograd here: in place
+        out.view(-1, *out.shape[-2:]).baddbmm_(k_t.flatten(0, -3), U.flatten(0, -3))
+        return out
 
     def outputs(self, starts: torch.Tensor, U: torch.Tensor) -> torch.Tensor:
         """O = q_dec S_start + attn U for every chunk at once, in the public layout ``[B, T, HV, V]``."""
         O = torch.bmm(self.attn.flatten(0, -3), U.flatten(0, -3))
-        O = torch.baddbmm(O, self.q_dec.flatten(0, -3), starts.flatten(0, -3)).view(U.shape)
+        O = O.baddbmm(self.q_dec.flatten(0, -3), starts.flatten(0, -3)) if O.requires_grad else \
+            O.baddbmm_(self.q_dec.flatten(0, -3), starts.flatten(0, -3))
+        O = O.view(U.shape)
         N, B, H, G, C, V = O.shape
         return O.permute(1, 0, 4, 2, 3, 5).reshape(B, N * C, H * G, V)[:, : self.T]
 
