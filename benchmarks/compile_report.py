@@ -9,12 +9,14 @@ the Triton wheel) reports registers and spills, cuobjdump the SASS.
     python3 benchmarks/compile_report.py                      # every variant, B1 x T32k, H200 SM count
     python3 benchmarks/compile_report.py --variants default,product --dump /tmp/gdn_asm
 
-Columns: regs (per thread, of 255 at most), spill st/ld (bytes, ptxas -v), stack (bytes of local
-memory per thread), smem (bytes of shared memory per program), HGMMA (warpgroup MMAs, with how many
-take bf16 / tf32 operands), HMMA (mma.sync), LDL/STL (local-memory loads/stores in the SASS: spills and
-register arrays), cvt (ttg.convert_layout ops in the TTGIR: register shuffles through shared memory),
-instr (SASS instructions), loop (instructions in the largest loop body: the per-chunk critical path of
-the state walk and segment maps), ser (ptxas says wgmma is serialized for lack of registers).
+Columns: w (warps), regs (per thread, 255 at most), spill st/ld (bytes a thread, ptxas -v), stack
+(bytes of local memory a thread), smem (bytes of shared memory a program; "!" past the 227 KiB one
+sm_90 program may have: it would not launch), occ (programs one SM holds, from registers and shared
+memory), HGMMA (warpgroup MMAs, how many take bf16 / tf32 operands), HMMA (mma.sync), LDL/STL
+(local-memory loads/stores in the SASS: spills and register arrays), cvt (ttg.convert_layout ops in
+the TTGIR: register shuffles, mostly through shared memory), instr (SASS instructions), loop
+(instructions / HGMMA / LDL+STL in the largest loop body: one chunk of the state walk or segment
+maps, their critical path), ser (ptxas reports wgmma serialized for lack of registers).
 """
 from __future__ import annotations
 
@@ -38,18 +40,11 @@ from triton.compiler import ASTSource, make_backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.chunk_fwd as chunk_fwd     # noqa: E402
+from gdn.ops.triton.configs import CONFIGS      # noqa: E402
 
 KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
-# name -> triton_forward keywords. Timing rows of the same names live in benchmarks/gpu_check.py.
-VARIANTS = {
-    "default": {},
-    "product": dict(inverse="product"),
-    "w8": dict(num_warps=8),
-    "fast": dict(fast_dots=True),
-    "fast+bf16 wy": dict(fast_dots=True, wy_dtype=torch.bfloat16),
-}
 
 
 class _Recorder:
@@ -62,8 +57,9 @@ class _Recorder:
         return lambda *args, **kw: self.launches.append((self.fn, grid, args, kw))
 
 
-def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, **kw):
-    """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs."""
+def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, pieces=0, **kw):
+    """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
+    (``pieces`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
     saved = {name: getattr(chunk_fwd, name) for name in KERNELS}
     saved_sms = chunk_fwd._num_sms
@@ -76,6 +72,8 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, **kw):
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
         g = torch.empty(B, T, HV, dtype=torch.float32, device="meta")
         beta = torch.empty_like(g)
+        if pieces:
+            kw = dict(kw, cu_seqlens=torch.empty(pieces + 1, dtype=torch.int32, device="meta"))
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
         chunk_fwd.triton_forward(q, k, v, g, beta, **kw)
     finally:
@@ -121,7 +119,7 @@ def ptxas_info(ptx, arch):
                 serialized="serialized" in log, log=log)
 
 
-_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
 
 
 def sass_info(cubin):
@@ -159,38 +157,61 @@ def analyse(ck, arch):
     return info
 
 
+SMEM_LIMIT = 232448           # bytes of shared memory one program may use on sm_90 (227 KiB)
+SMEM_PER_SM = 233472          # bytes of shared memory an sm_90 SM has for programs (228 KiB)
+
+
+def programs_per_sm(regs, warps, smem):
+    """Resident programs per SM: 64K registers (allocated per warp in units of 8 a thread), 228 KiB of
+    shared memory (1 KiB reserved per program), 64 warps."""
+    by_regs = 65536 // (-(-max(regs, 1) // 8) * 8 * 32 * warps)
+    return min(by_regs, SMEM_PER_SM // (smem + 1024), 64 // warps)
+
+
 def row(variant, name, grid, r):
     t, lp = r["total"], r["loop"]
     hg = f"{t['HGMMA']} ({t['HGMMA_BF16']}b/{t['HGMMA_TF32']}t)"
     loop = f"{lp['instr']}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
+    smem = f"{r['smem']}{'!' if r['smem'] > SMEM_LIMIT else ''}"
+    occ = programs_per_sm(r["regs"], r["warps"], r["smem"])
     return (f"{variant:<18}{name:<22}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
-            f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{r['smem']:>7}  {hg:<16}{t['HMMA']:>5}"
+            f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{smem:>8}{occ:>4} {hg:<16}{t['HMMA']:>5}"
             f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}")
 
 
 HEADER = (f"{'variant':<18}{'kernel':<22}{'grid':<15}{'w':>3}{'regs':>5}{'spill st/ld':>14}{'stack':>6}"
-          f"{'smem':>7}  {'HGMMA (bf16/tf32)':<16}{'HMMA':>5}{'LDL/STL':>12}{'cvt':>4}{'instr':>7}"
+          f"{'smem':>8}{'occ':>4} {'HGMMA (bf16/tf32)':<16}{'HMMA':>5}{'LDL/STL':>12}{'cvt':>4}{'instr':>7}"
           f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
-    ap.add_argument("--shape", default="1,32768", help="B,T (H=16, HV=32, K=V=128, bf16, l2norm)")
+    ap.add_argument("--variants", default=",".join(CONFIGS), help="comma-separated names of CONFIGS")
+    ap.add_argument("--shape", default="1,32768", help="B,T")
+    ap.add_argument("--heads", default="16,32,128,128", help="H,HV,K,V")
+    ap.add_argument("--dtype", default="bfloat16", help="input dtype: bfloat16, float16 or float32")
+    ap.add_argument("--chunk", type=int, default=64, help="chunk_size")
+    ap.add_argument("--pieces", type=int, default=0, help="pack T tokens as this many sequences (varlen)")
+    ap.add_argument("--no-l2norm", action="store_true", help="use_qk_l2norm=False")
     ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
     ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
     ap.add_argument("--ptxas-log", action="store_true", help="print ptxas -v output of each kernel")
     args = ap.parse_args(argv)
     B, T = (int(x) for x in args.shape.split(","))
+    H, HV, K, V = (int(x) for x in args.heads.split(","))
     target = GPUTarget("cuda", args.arch, 32)
     arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
-    print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}, H=16 HV=32 K=V=128 bf16 l2norm, "
-          f"{args.num_sms} SMs")
+    dtype = getattr(torch, args.dtype)
+    problem = dict(dtype=dtype, pieces=args.pieces, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm)
+    packed = f" in {args.pieces} pieces" if args.pieces else ""
+    print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}{packed}, "
+          f"H={H} HV={HV} K={K} V={V} {args.dtype}, chunk {args.chunk}, "
+          f"{'no l2norm' if args.no_l2norm else 'l2norm'}, {args.num_sms} SMs")
     print(HEADER)
     seen = {}
     for vname in args.variants.split(","):
-        for fn, grid, largs, lkw in capture_launches(B, T, 16, 32, 128, 128, args.num_sms, **VARIANTS[vname]):
+        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **CONFIGS[vname]):
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
                 seen[ck.hash] = analyse(ck, arch)

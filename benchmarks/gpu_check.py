@@ -1,4 +1,5 @@
-"""GPU correctness of backend="triton" against a float64 reference, plus a variant timing table.
+"""GPU correctness of backend="triton" against a float64 reference, the registers and spills of every
+launched kernel, and a timing table of the launcher's configurations (old and new side by side).
 
 Every check draws fresh random inputs, poisons the output buffer with NaN before the kernel runs, and
 compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
@@ -15,6 +16,7 @@ import triton.testing
 from gdn import gated_delta_rule
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
+from gdn.ops.triton.configs import CONFIGS, SPLIT
 
 H, HV, K, V = 16, 32, 128, 128
 failures = []
@@ -55,26 +57,82 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     return eo, es
 
 
+class _Spy:
+    """Stands in for a JITFunction and records (name, grid, compiled kernel) of every launch."""
+
+    def __init__(self, fn, log):
+        self.fn, self.log = fn, log
+
+    def __getitem__(self, grid):
+        launch = self.fn[grid]
+
+        def call(*args, **kw):
+            kernel = launch(*args, **kw)
+            self.log.append((self.fn.__name__, tuple(grid), kernel))
+            return kernel
+        return call
+
+
+def launched_kernels(fn):
+    """Run fn() once and return what each Triton kernel it launched was compiled to."""
+    import gdn.ops.triton.chunk_fwd as chunk_fwd
+    names = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
+    saved, log = {n: getattr(chunk_fwd, n) for n in names}, []
+    try:
+        for n in names:
+            setattr(chunk_fwd, n, _Spy(saved[n], log))
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    finally:
+        for n, f in saved.items():
+            setattr(chunk_fwd, n, f)
+    return log
+
+
+def kernel_line(name, grid, kernel):
+    """Registers, spills, shared memory and how many programs of it one SM holds (65536 registers,
+    228 KiB of shared memory, 1 KiB of it reserved per program)."""
+    regs, warps, smem = kernel.n_regs, kernel.metadata.num_warps, kernel.metadata.shared
+    fit = min(65536 // (max(regs, 1) * 32 * warps), (228 * 1024) // (smem + 1024), 32 // warps)
+    return (f"    {name:<22}{str(grid):<16} regs {regs:>3}  spills {kernel.n_spills:>4}  smem {smem:>6}"
+            f"  warps {warps}  programs/SM {fit}")
+
+
 def main() -> int:
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
-    variants = {"default": {}, "product": dict(inverse="product"),
-                "fast+bf16 wy": dict(fast_dots=True, wy_dtype=torch.bfloat16)}
-    for vname, kw in variants.items():
-        check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **kw)
-    check("bf16 B1 T32k decaying (split)", 1, 32768, torch.bfloat16)
-    check("bf16 B1 T32k long memory (split)", 1, 32768, torch.bfloat16, gates="long")
+    for vname in ("default", "old", "split", "old blocks", "wy3 + old walk", "ss2 bv64 st1", "ss2 bv16",
+                  "ss3", "old fast+bf16 wy"):
+        check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
+    check("[split] bf16 B2 T300 chunk 128", 2, 300, torch.bfloat16, chunk_size=128, **SPLIT)
+    check("[split] bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16, **SPLIT)
+    check("[split] bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7, **SPLIT)
+    check("bf16 B1 T32k decaying (segments)", 1, 32768, torch.bfloat16)
+    check("bf16 B1 T32k long memory (segments)", 1, 32768, torch.bfloat16, gates="long")
+    check("[split] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long", **SPLIT)
     check("fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7)
+    check("fp16 B2 T300", 2, 300, torch.float16)
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
+    check("[split] bf16 varlen 32k in 7 pieces", 1, 32768, torch.bfloat16, cu=cu16, **SPLIT)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
 
-    print("\nvariant timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
     shapes = [(1, 32768), (8, 4096)]
-    configs = {"default": {}, "product": dict(inverse="product"), "w8": dict(num_warps=8),
-               "fast": dict(fast_dots=True), "fast+bf16 wy": dict(fast_dots=True, wy_dtype=torch.bfloat16),
-               "P=1": dict(num_segments=1), "P=2": dict(num_segments=2), "P=8": dict(num_segments=8)}
-    print(f"{'config':<16}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
-    for cname, kw in configs.items():
+    print("\ncompiled kernels (n_regs, n_spills from the driver; programs/SM from registers and shared memory)")
+    for cname, kw in CONFIGS.items():
+        for B, T in shapes:
+            if "P=" in cname and B > 1:
+                continue
+            q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+            log = launched_kernels(lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                                          use_qk_l2norm=True, **kw))
+            print(f"  {cname} B{B}xT{T}")
+            for name, grid, kernel in log:
+                print(kernel_line(name, grid, kernel))
+
+    print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
+    print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
+    for cname, kw in CONFIGS.items():
         cells = []
         for B, T in shapes:
             if "P=" in cname and B > 1:
@@ -85,17 +143,19 @@ def main() -> int:
                                         use_qk_l2norm=True, **kw)
             fn()
             cells.append(f"{triton.testing.do_bench(fn, warmup=25, rep=100, return_mode='median'):>12.3f}")
-        print(f"{cname:<16}" + "".join(cells), flush=True)
+        print(f"{cname:<18}" + "".join(cells), flush=True)
 
-    print("\nper-kernel CUDA time, default config, B1 x T32k")
-    q, k, v, g, beta = random_problem(1, 32768, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
-    fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True)
-    fn()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6))
+    for cname in ("default", "split"):
+        print(f"\nper-kernel CUDA time, {cname} config, B1 x T32k")
+        q, k, v, g, beta = random_problem(1, 32768, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+        fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                    use_qk_l2norm=True, **CONFIGS[cname])
+        fn()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6))
     print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")
     return 1 if failures else 0
 

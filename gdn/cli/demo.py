@@ -54,6 +54,11 @@ def print_timing(device: str, max_T: int) -> None:
     columns = _backends(device) + (["transformers"] if hf else [])
     print(f"{'T':>6} " + " ".join(f"{c:>12}" for c in columns) + "   chunk speedup vs " +
           ("transformers" if hf else "recurrent"))
+    q, k, v, g, beta = random_problem(1, 64, H, H, K, V, device=device)
+    with torch.no_grad():                         # process-wide warm-up (thread pools, kernels)
+        for name in columns:
+            if name != "transformers":
+                gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, backend=name)
     for T in lengths:
         q, k, v, g, beta = random_problem(1, T, H, H, K, V, device=device)
         row = {}

@@ -13,6 +13,12 @@ Kernels:
   O = (q e^G) S + (q k^T . D) U, then S <- e^{G_C} S + (k e^{G_C - G})^T U. Segment p first folds
   the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
 
+With bf16 inputs all three run split products (gdn.ops.triton.wy.split_dot: bf16 matrix units, the
+computed fp32 operands cut into bf16 parts): the WY pass then also stores w as bf16 parts and the
+l2-norm factors of q and k, so the walk loads nothing it must convert, and its loads are pipelined
+straight into shared memory (``walk_stages``). compile_report.py (benchmarks/) shows what each
+variant costs in registers, spills and shared memory.
+
 The l2 normalisation of q and k is a per-row scaling applied to fp32 products, never a rounding of the
 bf16 tiles. Naming: ``p_`` pointers, ``b_`` register blocks, ``o_`` offsets, ``m_`` masks, ``i_``
 program ids. Token offsets are int64: tokens x heads x dim passes 2^31 at a million tokens.
@@ -25,7 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .wy import chunk_decay, load_chunk, wy_kernel
+from .wy import (bf16_parts, chunk_decay, dot_parts, load_chunk, row_tile, rows_block, split_dot, store_parts,
+                 wy_kernel)
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 
@@ -49,12 +56,38 @@ def _dot_inputs(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _load_parts(p_1, p_2, p_3, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """A tile through block pointers (rows and columns out of bounds read zeros): as stored when
+    SPLIT = 0 (the other two returned are placeholders); else its SPLIT bf16 parts (store_parts) in
+    DOT_DTYPE, which go to the matrix units as they are: no fp32 tile in registers."""
+    b_1 = tl.load(p_1, boundary_check=(0, 1), padding_option="zero")
+    if SPLIT > 0:
+        b_1 = b_1.to(DOT_DTYPE)
+        b_2 = tl.load(p_2, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
+        b_3 = b_2
+        if SPLIT == 3:
+            b_3 = tl.load(p_3, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
+    else:
+        b_2, b_3 = b_1, b_1
+    return b_1, b_2, b_3
+
+
+@triton.jit
+def _square_block(base, i_map, K: tl.constexpr, BK: tl.constexpr):
+    """Block pointer to map i_map of a [maps, K, K] tensor."""
+    return tl.make_block_ptr(base + i_map * K * K, (K, K), (K, 1), (0, 0), (BK, BK), (1, 0))
+
+
+@triton.jit
 def _segment_maps_kernel(
-    q, k, g, beta, w, u, maps_A, maps_B, T, L, P,
+    q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, NMK: tl.constexpr, USE_L2NORM: tl.constexpr,
-    FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
 ):
+    """[A | B] of segment i_p, BM of its columns per program (see the module docstring). SPLIT > 0:
+    the products of chunk_fwd's split path, and A stored as SPLIT bf16 parts (maps_A, maps_A2, maps_A3)
+    for the fold; B stays fp32 (it is only added)."""
     i_m, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -71,34 +104,49 @@ def _segment_maps_kernel(
     b_M = tl.where((o_k[:, None] == o_c[None, :]) & is_a, 1.0, 0.0)     # [I | 0], this block's columns
 
     for c in range(c0, c1):
-        b_q, b_k, b_rq, b_rk, b_g, b_beta, rows, m_t = load_chunk(q, k, g, beta, tok0, c * BT, T, i_h, i_hv,
-                                                                  H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE)
-        b_w = tl.load(w + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
+        b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
+            q, k, g, beta, tok0, c * BT, T, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, False,
+            rk, rk, SPLIT > 0)
+        b_w, b_w2, b_w3 = _load_parts(rows_block(w, tok0, i_hv, T, c * BT, HV, K, BT, BK),
+                                      rows_block(w2, tok0, i_hv, T, c * BT, HV, K, BT, BK),
+                                      rows_block(w3, tok0, i_hv, T, c * BT, HV, K, BT, BK), SPLIT, DOT_DTYPE)
         # The A columns see zero values: their "state" is the product of the chunks' linear parts.
-        b_u = tl.load(u + (rows[:, None] * HV + i_hv) * V + o_c[None, :],
-                      mask=m_t[:, None] & m_c[None, :] & (i_m >= NMK), other=0.0)
+        b_u = tl.load(row_tile(u, row0, i_hv, HV, V, o_t, o_c), mask=m_t[:, None] & m_c[None, :] & (i_m >= NMK),
+                      other=0.0)
         b_G_last = tl.sum(b_g, axis=0)
         b_G = tl.cumsum(b_g, axis=0)
-        b_U = b_u.to(tl.float32) - _mm(b_w, b_M, FAST_DOTS, PRECISION, DOT_DTYPE)
-        b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
-        b_M = b_M * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
+        if SPLIT > 0:
+            b_m1, b_m2, b_m3 = bf16_parts(-b_M, SPLIT, DOT_DTYPE)
+            b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_m1, b_m2, b_m3, SPLIT, b_u.to(tl.float32))
+            b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+            b_M = split_dot(tl.trans(b_k), b_Uc, b_M * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
+        else:
+            b_U = b_u.to(tl.float32) - _mm(b_w, b_M, FAST_DOTS, PRECISION, DOT_DTYPE)
+            b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+            b_M = b_M * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
 
     i_map = (i_nh * (P - 1) + i_p).to(tl.int64)
-    p_A = maps_A + i_map * K * K + o_k[:, None] * K + o_c[None, :]
+    o_A = i_map * K * K + o_k[:, None] * K + o_c[None, :]
     p_B = maps_B + i_map * K * V + o_k[:, None] * V + o_c[None, :]
     m_out = m_k[:, None] & m_c[None, :]
-    tl.store(p_A, b_M, mask=m_out & is_a)
+    store_parts(maps_A + o_A, maps_A2 + o_A, maps_A3 + o_A, b_M, m_out & is_a, SPLIT)
     tl.store(p_B, b_M, mask=m_out & (i_m >= NMK))
 
 
 @triton.jit
 def _chunk_fwd_kernel(
-    q, k, g, beta, w, u, o, h0, ht, maps_A, maps_B, cu_seqlens, scale, T, L, P,
+    q, k, g, beta, w, w2, w3, u, rq, rk, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens, scale, T, L, P,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
-    FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
+    HAS_MAPS: tl.constexpr = True,
 ):
+    """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
+    matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
+    w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
+    loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
+    dtype with FAST_DOTS."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -122,28 +170,57 @@ def _chunk_fwd_kernel(
     if HAS_H0:
         b_S = tl.load(h0 + i_state + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0).to(tl.float32)
     # Segment p starts from the initial state carried through the maps of segments 0..p-1.
-    for s in range(0, i_p):
-        i_map = (i_nh * (P - 1) + s).to(tl.int64)
-        b_A = tl.load(maps_A + i_map * K * K + o_k[:, None] * K + o_k[None, :],
-                      mask=m_k[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        b_B = tl.load(maps_B + i_map * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0).to(tl.float32)
-        b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
+    if HAS_MAPS:                      # compiled out for single-segment launches
+        for s in range(0, i_p):
+            i_map = (i_nh * (P - 1) + s).to(tl.int64)
+            o_A = i_map * K * K + o_k[:, None] * K + o_k[None, :]
+            b_B = tl.load(maps_B + i_map * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+            if SPLIT > 0:
+                b_A, b_A2, b_A3 = _load_parts(_square_block(maps_A, i_map, K, BK),
+                                              _square_block(maps_A2, i_map, K, BK),
+                                              _square_block(maps_A3, i_map, K, BK), SPLIT, DOT_DTYPE)
+                b_s1, b_s2, b_s3 = bf16_parts(b_S, SPLIT, DOT_DTYPE)
+                b_S = dot_parts(b_A, b_A2, b_A3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_B)
+            else:
+                b_A = tl.load(maps_A + o_A, mask=m_k[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+                b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
     for c in range(c0, c1):
-        b_q, b_k, b_rq, b_rk, b_g, b_beta, rows, m_t = load_chunk(q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv,
-                                                                  H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE)
-        b_w = tl.load(w + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
-        b_u = tl.load(u + (rows[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-        b_G, b_D = chunk_decay(b_g, BT)
-        b_U = b_u.to(tl.float32) - _mm(b_w, b_S, FAST_DOTS, PRECISION, DOT_DTYPE)       # the real writes
-        b_attn = _dot_inputs(b_q, tl.trans(b_k), PRECISION) * (b_rq[:, None] * b_rk[None, :] * b_D)
-        b_o = _mm(b_q, b_S, FAST_DOTS, PRECISION, DOT_DTYPE) * (b_rq * tl.exp(b_G))[:, None]
-        b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
-        p_o = o + (rows[:, None] * HV + i_hv) * V + o_v[None, :]
-        tl.store(p_o, b_o.to(o.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
+        b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
+            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
+            rq, rk, SPLIT > 0)
+        b_w, b_w2, b_w3 = _load_parts(rows_block(w, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK),
+                                      rows_block(w2, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK),
+                                      rows_block(w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK), SPLIT, DOT_DTYPE)
+        b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
+                      padding_option="zero")
         b_G_last = tl.sum(b_g, axis=0)
-        b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
-        b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
+        if SPLIT > 0:
+            b_G = tl.cumsum(b_g, axis=0)
+            # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
+            b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
+            b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+            b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-tl.exp(b_G))[:, None]
+            # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
+            # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
+            o_i = tl.arange(0, BT)
+            b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
+            b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
+            b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
+            b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
+            # k^T (c U), the decay and norm factors c on U's rows: k stays an exact bf16 operand.
+            b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+            b_S = split_dot(tl.trans(b_k), b_Uc, b_S * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
+        else:
+            b_G, b_D = chunk_decay(b_g, BT)
+            b_attn = _dot_inputs(b_q, tl.trans(b_k), PRECISION) * (b_rq[:, None] * b_rk[None, :] * b_D)
+            b_U = b_u.to(tl.float32) - _mm(b_w, b_S, FAST_DOTS, PRECISION, DOT_DTYPE)       # the real writes
+            b_o = _mm(b_q, b_S, FAST_DOTS, PRECISION, DOT_DTYPE) * (b_rq * tl.exp(b_G))[:, None]
+            b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
+            b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+            b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
+        tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
+                 boundary_check=(0, 1))
 
     if STORE_FINAL:
         if i_p == P - 1:
@@ -163,28 +240,48 @@ def _num_sms(device: torch.device) -> int:
     return 4                       # Triton's CPU interpreter: small, so small tests exercise the split
 
 
-def choose_segments(programs: int, num_chunks: int, num_sms: int, min_chunks: int = 4) -> int:
-    """How many segments to cut each sequence into so that about two programs run per SM, keeping
-    at least ``min_chunks`` chunks per segment (the segment maps cost about one extra state walk)."""
-    if programs >= 2 * num_sms or num_chunks < 2 * min_chunks:
+def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_sm: int = 2,
+                    min_chunks: int = 4) -> int:
+    """How many segments to cut each sequence into so that the state walk fills the GPU in one wave
+    (``programs_per_sm`` resident programs on each of ``num_sms`` SMs), keeping at least
+    ``min_chunks`` chunks per segment (the segment maps cost about one extra state walk). Rounded
+    down: a second, partial wave takes as long as the first, so more segments than fit only add maps."""
+    slots = programs_per_sm * num_sms
+    if 2 * programs > slots or num_chunks < 2 * min_chunks:
         return 1
-    return max(1, min(triton.cdiv(2 * num_sms, programs), num_chunks // min_chunks))
+    return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
-                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse="substitution",
-                   num_warps=4, num_stages=1, out=None):
+                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse="product", wy_split=0,
+                   state_split=0, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
+                   num_stages=1, wy_maxnreg=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
-    only; default chooses from the SM count); ``fast_dots`` runs the state products with operands in
-    the input dtype (FLA's choice: faster, less exact); ``precision`` the fp32 products' Triton
-    ``input_precision`` otherwise ("tf32", "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs,
-    "tf32" for 16-bit ones, whose own rounding is larger); ``wy_dtype`` the dtype w and u are kept
-    in between the two passes; ``inverse`` how the in-chunk triangular inverse is formed
-    ("substitution" or "product", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
-    in v's dtype to write into.
+    only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
+    holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
+    how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
+    gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
+
+    The defaults are the configuration measured correct and fastest on an H200 so far (see
+    benchmarks/NOTES.md). With ``wy_split``/``state_split`` > 0, bf16 inputs take the split paths
+    (compiled for sm_90 without spills, not yet run on a GPU: opt-in until measured), where every
+    product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts
+    (gdn.ops.triton.wy.split_dot): ``wy_split`` parts (3: exact as fp32) for the WY pass,
+    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11; 3: all 24) for the state walk
+    and the segment maps; 0 turns a split path off. The split walk uses
+    ``block_v`` columns of the state per program (default 32) and ``walk_stages`` pipeline stages
+    (default 2 where the buffers fit: loads go straight to shared memory).
+
+    Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
+    ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
+    less exact); ``precision`` the fp32 products' Triton ``input_precision`` otherwise ("tf32",
+    "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs, "tf32" for 16-bit ones); ``wy_dtype`` the
+    dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
+    to 1. ``num_warps`` applies to every kernel, ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the
+    WY kernel's registers a thread (168: three programs an SM instead of two, for a few spills).
     """
     if chunk_size not in (16, 32, 64, 128):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32, 64 or 128, got {chunk_size}")
@@ -209,7 +306,18 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     BT = chunk_size
     BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, min(64, triton.next_power_of_2(V)))
+    # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
+    is_bf16 = q.dtype == torch.bfloat16
+    wy_split = wy_split if is_bf16 else 0
+    state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
+    if block_v is None:
+        block_v = 32 if state_split > 0 else 64
+    if walk_stages is None:
+        # Two stages double the q, k and w-part buffers (BT x BK bf16 each): keep them to 128 KiB.
+        walk_stages = 2 if state_split > 0 and 2 * BT * BK * 2 * (2 + state_split) <= 128 * 1024 else 1
+    if programs_per_sm is None:
+        programs_per_sm = 1 if walk_stages > 1 else 2
+    BV = max(16, min(block_v, triton.next_power_of_2(V)))
     NV = triton.cdiv(V, BV)
     BLOCK = min(SUBBLOCK, BT)
     NT = triton.cdiv(T, BT)
@@ -219,9 +327,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                   DOT_DTYPE=dot_dtype, num_warps=num_warps, num_stages=num_stages)
     dummy = o
 
-    # 1. WY factors of every chunk, in parallel.
-    w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
-    u = torch.empty(B, T, HV, V, dtype=wy_dtype, device=q.device)
+    # 1. WY factors of every chunk, in parallel. The split state walk reads w as bf16 parts and the
+    #    l2-norm factors of q and k from here.
+    if state_split > 0:
+        w_parts = torch.empty(state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
+        w, w2, w3 = w_parts[0], w_parts[1], w_parts[state_split - 1]
+        rq = rk = dummy
+        if use_qk_l2norm:
+            rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+            rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+    else:
+        w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
+        w2 = w3 = rq = rk = dummy
+    u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
     if cu_seqlens is None:
         slots, chunk_offsets, log_n = N * NT, dummy, 0
     else:
@@ -230,9 +348,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
         slots, log_n = NT + N, max(1, N.bit_length())       # an upper bound: no host sync
     wy_kernel[(slots, HV)](
-        q, k, v, g, beta, w, u, chunk_offsets, dummy if cu_seqlens is None else cu_seqlens, T, NT, N, slots,
-        BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
-        LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, **common)
+        q, k, v, g, beta, w, w2, w3, u, rq, rk, chunk_offsets, dummy if cu_seqlens is None else cu_seqlens,
+        T, NT, N, slots, BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK,
+        LOG_BLOCKS=(BT // BLOCK).bit_length() - 1, LOG_N=log_n, IS_VARLEN=cu_seqlens is not None,
+        INVERSE=inverse, WY_SPLIT=wy_split, BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split,
+        STORE_NORMS=state_split > 0, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     # 2. Segments (dense batches that cannot fill the GPU) and their affine maps.
     if cu_seqlens is not None:
@@ -240,22 +360,27 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     elif num_segments is not None:
         P = max(1, min(int(num_segments), NT))
     else:
-        P = choose_segments(N * HV * NV, NT, _num_sms(q.device))
+        P = choose_segments(N * HV * NV, NT, _num_sms(q.device), programs_per_sm)
     L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
         P = triton.cdiv(NT, L)     # no empty segments
-    maps_A = maps_B = dummy
+    maps_A = maps_A2 = maps_A3 = maps_B = dummy
     if P > 1:
-        maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
+        if state_split > 0:
+            A_parts = torch.empty(state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
+            maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[state_split - 1]
+        else:
+            maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
         maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
         NMK = triton.cdiv(K, BV)
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
-            q, k, g, beta, w, u, maps_A, maps_B, T, L, P, BM=BV, NMK=NMK, FAST_DOTS=fast_dots, **common)
+            q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
+            FAST_DOTS=fast_dots, SPLIT=state_split, **dict(common, num_stages=walk_stages))
 
     # 3. The state walk and the outputs.
     _chunk_fwd_kernel[(NV, N * HV, P)](
-        q, k, g, beta, w, u, o, dummy if h0 is None else h0, dummy if ht is None else ht, maps_A, maps_B,
-        dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P, BV=BV,
+        q, k, g, beta, w, w2, w3, u, rq, rk, o, dummy if h0 is None else h0, dummy if ht is None else ht,
+        maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P, BV=BV,
         IS_VARLEN=cu_seqlens is not None, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        FAST_DOTS=fast_dots, **common)
+        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, **dict(common, num_stages=walk_stages))
     return o, ht

@@ -8,6 +8,11 @@ For one chunk of BT tokens (rows), with G the in-chunk cumulative log-decay:
 
 ``wy_kernel`` computes u and w for every chunk of every sequence and head at once (they do not
 depend on the state), so the sequential state walk only multiplies.
+
+Split products (split_dot): with bf16 inputs every product can run on bf16 matrix units at fp32
+accuracy, because the inputs are exact bf16 operands and each computed fp32 operand is cut into 2
+or 3 bf16 parts. Against tf32x3 products of fp32 tiles this halves the matrix-unit time and the
+registers and shared memory of the operands, which is what kept these kernels spilling.
 """
 from __future__ import annotations
 
@@ -16,23 +21,54 @@ import triton.language as tl
 
 
 @triton.jit
+def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
+    """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor: one int64
+    scalar offset for the chunk (token offsets pass 2^31 elements at a million tokens) plus int32
+    offsets inside it, instead of 64-bit arithmetic on every element."""
+    return base + (row0 * NH + i_head) * D + (o_t[:, None] * (NH * D) + o_d[None, :])
+
+
+@triton.jit
+def rows_block(base, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
+               BD: tl.constexpr, d0=0):
+    """Block pointer to tokens t0 .. t0 + BT - 1 of one sequence (tok0, T_seq tokens), head i_head,
+    columns d0 .. d0 + BD - 1, of a [tokens, NH, D] tensor; load with boundary_check=(0, 1)."""
+    return tl.make_block_ptr(base + (tok0 * NH + i_head) * D, (T_seq, D), (NH * D, 1), (t0, d0), (BT, BD), (1, 0))
+
+
+@triton.jit
+def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
+    """Pointers to tokens row0 + o_t, head i_head of a [tokens, NH] tensor (as row_tile)."""
+    return base + (row0 * NH + i_head) + o_t * NH
+
+
+@triton.jit
 def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, WITH_Q: tl.constexpr = True):
+                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, WITH_Q: tl.constexpr = True,
+                rq=None, rk=None, NORMS_IN: tl.constexpr = False):
     """One chunk's q, k [BT, BK] in DOT_DTYPE, as stored; their l2-norm factors r_q, r_k [BT] (ones
-    without l2norm); g, beta [BT] fp32. Rows past T_seq are zero (g = beta = 0: the identity map).
-    With WITH_Q=False, q is not read (zeros).
+    without l2norm); g, beta [BT] fp32; the chunk's first token row0 (int64), o_t = 0..BT-1 and the
+    mask of rows before T_seq. Rows past T_seq are zero (g = beta = 0: the identity map).
+    With WITH_Q=False, q is not read (zeros). With NORMS_IN, the norm factors are read from rq, rk
+    [tokens, HV] (stored by wy_kernel) instead of being summed from fp32 copies of the tiles.
 
     The normalisation is never applied to the tiles: it is a per-row scaling that every product below
     applies to its fp32 result, so normalised keys are not rounded back to bf16."""
-    o_t = t0 + tl.arange(0, BT)
-    m_t = o_t < T_seq
+    row0 = tok0 + t0
+    o_t = tl.arange(0, BT)
+    m_t = (t0 + o_t) < T_seq
     o_k = tl.arange(0, BK)
     m_qk = m_t[:, None] & (o_k < K)[None, :]
-    rows = tok0 + o_t.to(tl.int64)
-    b_q = tl.load(q + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_qk & WITH_Q, other=0.0)
-    b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_qk, other=0.0)
-    if USE_L2NORM:
+    if WITH_Q:
+        b_q = tl.load(rows_block(q, tok0, i_h, T_seq, t0, H, K, BT, BK), boundary_check=(0, 1), padding_option="zero")
+    else:
+        b_q = tl.zeros([BT, BK], dtype=q.dtype.element_ty)
+    b_k = tl.load(rows_block(k, tok0, i_h, T_seq, t0, H, K, BT, BK), boundary_check=(0, 1), padding_option="zero")
+    if USE_L2NORM and NORMS_IN:
+        b_rq = tl.load(row_vec(rq, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+        b_rk = tl.load(row_vec(rk, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    elif USE_L2NORM:
         b_qf = b_q.to(tl.float32)
         b_kf = b_k.to(tl.float32)
         b_rq = tl.rsqrt(tl.sum(b_qf * b_qf, axis=1) + 1e-6)
@@ -40,9 +76,9 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     else:
         b_rq = tl.full([BT], 1.0, dtype=tl.float32)
         b_rk = tl.full([BT], 1.0, dtype=tl.float32)
-    b_g = tl.load(g + rows * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
-    b_beta = tl.load(beta + rows * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
-    return b_q.to(DOT_DTYPE), b_k.to(DOT_DTYPE), b_rq, b_rk, b_g, b_beta, rows, m_t
+    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
+    b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
+    return b_q.to(DOT_DTYPE), b_k.to(DOT_DTYPE), b_rq, b_rk, b_g, b_beta, row0, o_t, m_t
 
 
 @triton.jit
@@ -56,6 +92,44 @@ def chunk_decay(b_g, BT: tl.constexpr):
 
 
 @triton.jit
+def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr):
+    """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
+    BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
+    tiles, and small register tiles), and the products with it as batched products over row blocks
+    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain."""
+    NB: tl.constexpr = BT // BLOCK
+    o_i = tl.arange(0, BT)
+    o_b = tl.arange(0, NB)
+    o_j = tl.arange(0, BLOCK)
+    same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
+    # The diagonal blocks: [NB, BLOCK, NB, BLOCK] -> the entries whose row and column blocks agree.
+    b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
+    b_Ad = tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
+    eye_d = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, BLOCK, BLOCK], tl.float32)
+    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 as in the 2-D form.
+    b_X = eye_d - b_Ad
+    b_P = b_Ad
+    for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
+        b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
+        b_X = tl.dot(b_X, eye_d + b_P, input_precision="tf32x3")
+    if NB == 1:
+        return tl.reshape(b_X, [BT, BT])
+    eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
+    # N = X A_off, row block by row block.
+    b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
+    b_N = tl.reshape(tl.dot(b_X, b_Aoff, input_precision="tf32x3"), [BT, BT])
+    b_R = eye - b_N
+    b_P2 = b_N
+    for _ in tl.static_range(1, LOG_BLOCKS):
+        b_P2 = tl.dot(b_P2, b_P2, input_precision="tf32x3")
+        b_R = tl.dot(b_R, eye + b_P2, input_precision="tf32x3")
+    # T = R X: column block c of T is (column block c of R) X_c.
+    b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
+    b_T3 = tl.dot(b_R3, b_X, input_precision="tf32x3")
+    return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
+
+
+@triton.jit
 def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
                        INVERSE: tl.constexpr):
     """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
@@ -66,7 +140,10 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
        only, at tf32x3 because the partial products can exceed the inverse's entries).
     2. With X = (I + A_diag)^-1 and N = X A_off (strictly block-lower, so N^(BT/BLOCK) = 0):
        (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
+    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
     """
+    if INVERSE == "blocks":
+        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS)
     o_i = tl.arange(0, BT)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
@@ -112,6 +189,140 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
+def bf16_parts(a, NSPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """fp32 ``a`` as NSPLIT bf16 tiles a_1 + a_2 (+ a_3): a_1 = bf16(a), a_2 = bf16(a - a_1), ..., each
+    part carrying the next 8 bits of the mantissa (16 bits for 2 parts, all 24 for 3), returned in
+    DOT_DTYPE (bf16; fp32 in Triton's CPU interpreter, the values still rounded to bf16). With
+    NSPLIT = 2 the third tile returned is a placeholder."""
+    b_1 = a.to(tl.bfloat16)
+    b_r = a - b_1.to(tl.float32)
+    b_2 = b_r.to(tl.bfloat16)
+    b_3 = b_2                                    # unused placeholder (Triton tuples hold no None)
+    if NSPLIT == 3:
+        b_3 = (b_r - b_2.to(tl.float32)).to(tl.bfloat16)
+    return b_1.to(DOT_DTYPE), b_2.to(DOT_DTYPE), b_3.to(DOT_DTYPE)
+
+
+@triton.jit
+def dot_parts(a_1, a_2, a_3, NA: tl.constexpr, b_1, b_2, b_3, NB: tl.constexpr, acc):
+    """acc + (a_1 + a_2 + a_3) @ (b_1 + b_2 + b_3) from bf16 parts (bf16_parts), NA and NB of them
+    (1: the operand is exact in bf16; or the same N = 2 or 3). One side split: N products. Both: the
+    products of parts i, j with i + j <= N + 1 (3 for N = 2, 6 for N = 3); the dropped ones are below
+    2^-(8 N) relative. Smallest first, so that the large terms are added last."""
+    if NA == 1 and NB == 1:
+        acc = tl.dot(a_1, b_1, acc)
+    elif NA == 1:
+        if NB == 3:
+            acc = tl.dot(a_1, b_3, acc)
+        acc = tl.dot(a_1, b_2, acc)
+        acc = tl.dot(a_1, b_1, acc)
+    elif NB == 1:
+        if NA == 3:
+            acc = tl.dot(a_3, b_1, acc)
+        acc = tl.dot(a_2, b_1, acc)
+        acc = tl.dot(a_1, b_1, acc)
+    else:
+        if NA == 3:
+            acc = tl.dot(a_1, b_3, acc)
+            acc = tl.dot(a_2, b_2, acc)
+            acc = tl.dot(a_3, b_1, acc)
+        acc = tl.dot(a_1, b_2, acc)
+        acc = tl.dot(a_2, b_1, acc)
+        acc = tl.dot(a_1, b_1, acc)
+    return acc
+
+
+@triton.jit
+def split_dot(a, b, acc, NSPLIT: tl.constexpr, SPLIT_A: tl.constexpr, SPLIT_B: tl.constexpr,
+              DOT_DTYPE: tl.constexpr):
+    """acc + a @ b on bf16 matrix units at (nearly) fp32 accuracy: the fp32 operands flagged SPLIT_A /
+    SPLIT_B are cut into NSPLIT bf16 parts (bf16_parts); an operand not split must hold bf16 values
+    (the inputs as stored) in DOT_DTYPE. Products of bf16 values are exact and accumulate in fp32, so
+    with one side split the result is exact to 8 * NSPLIT bits of that side (3 parts: as fp32; 2: 16
+    bits, where tf32 keeps 11); with both split, see dot_parts. Each bf16 product costs half a tf32
+    one on the matrix units, and bf16 operands take half the registers and shared memory of fp32 ones."""
+    if SPLIT_A:
+        a_1, a_2, a_3 = bf16_parts(a, NSPLIT, DOT_DTYPE)
+    else:
+        a_1, a_2, a_3 = a, a, a
+    if SPLIT_B:
+        b_1, b_2, b_3 = bf16_parts(b, NSPLIT, DOT_DTYPE)
+    else:
+        b_1, b_2, b_3 = b, b, b
+    return dot_parts(a_1, a_2, a_3, NSPLIT if SPLIT_A else 1, b_1, b_2, b_3, NSPLIT if SPLIT_B else 1, acc)
+
+
+@triton.jit
+def store_parts(p, p_2, p_3, b, mask, NPARTS: tl.constexpr):
+    """Store fp32 ``b`` at p in p's dtype (NPARTS = 0), or as NPARTS bf16 parts (bf16_parts) at p, p_2
+    (and p_3): what a split product reads back, with no fp32 tile in registers."""
+    if NPARTS == 0:
+        tl.store(p, b.to(p.dtype.element_ty), mask=mask)
+    else:
+        b_1, b_2, b_3 = bf16_parts(b, NPARTS, tl.bfloat16)
+        tl.store(p, b_1, mask=mask)
+        tl.store(p_2, b_2, mask=mask)
+        if NPARTS == 3:
+            tl.store(p_3, b_3, mask=mask)
+
+
+@triton.jit
+def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, tok0, t0, T_seq, i_h, i_hv,
+                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
+                     LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
+                     DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
+                     STORE_NORMS: tl.constexpr):
+    """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
+    are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order),
+    and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
+    time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
+    across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns)."""
+    row0 = tok0 + t0
+    o_t = tl.arange(0, BT)
+    m_t = (t0 + o_t) < T_seq
+    o_i = o_t
+    o_k = tl.arange(0, BK)
+    m_qk = m_t[:, None] & (o_k < K)[None, :]
+    if USE_L2NORM and STORE_NORMS:
+        # The queries' norm factors for the state walk, stored at once (nothing of q stays live).
+        b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
+        b_qq = tl.dot(b_q, tl.trans(b_q))
+        b_rq = tl.rsqrt(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_qq, 0.0), axis=1) + 1e-6)
+        tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
+    b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
+    b_kk = tl.dot(b_k, tl.trans(b_k))
+    if USE_L2NORM:
+        b_rk = tl.rsqrt(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1) + 1e-6)
+        if STORE_NORMS:
+            tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
+    else:
+        b_rk = tl.full([BT], 1.0, dtype=tl.float32)
+    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    b_G, b_D = chunk_decay(b_g, BT)
+    b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
+    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
+    o_c = tl.arange(0, BC)
+    b_Tu = b_T * b_beta[None, :]
+    for c0 in tl.static_range(0, BV, BC):
+        m_c = (c0 + o_c) < V
+        b_v = tl.load(row_tile(v, row0, i_hv, HV, V, o_t, c0 + o_c), mask=m_t[:, None] & m_c[None, :],
+                      other=0.0).to(DOT_DTYPE)
+        b_u = split_dot(b_Tu, b_v, None, NSPLIT, True, False, DOT_DTYPE)
+        tl.store(row_tile(u_out, row0, i_hv, HV, V, o_t, c0 + o_c), b_u.to(u_out.dtype.element_ty),
+                 mask=m_t[:, None] & m_c[None, :])
+    b_Tw = b_T * (b_beta * b_rk * tl.exp(b_G))[None, :]
+    for c0 in tl.static_range(0, BK, BC):
+        m_c = (c0 + o_c) < K
+        b_kc = tl.load(row_tile(k, row0, i_h, H, K, o_t, c0 + o_c), mask=m_t[:, None] & m_c[None, :],
+                       other=0.0).to(DOT_DTYPE)
+        b_w = split_dot(b_Tw, b_kc, None, NSPLIT, True, False, DOT_DTYPE)
+        o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + c0 + o_c[None, :])
+        store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & m_c[None, :], W_PARTS)
+
+
+@triton.jit
 def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.constexpr, LOG_N: tl.constexpr):
     """Map a flat chunk slot to (sequence, chunk within it, first token, length of the sequence).
 
@@ -140,31 +351,45 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.cons
 
 @triton.jit
 def wy_kernel(
-    q, k, v, g, beta, w_out, u_out, chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS,
+    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
 ):
-    """w [tokens, HV, K] and u [tokens, HV, V] (in w_out's dtype) for one chunk of one value head.
-    Grid: (chunk slots, HV)."""
+    """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype) for one chunk of one value head.
+    Grid: (chunk slots, HV).
+
+    WY_SPLIT = 0: fp32 tiles and tf32x3 products (any input dtype); 2 or 3 (bf16 inputs only):
+    wy_split_factors. W_PARTS = 0: w in w_out's dtype; 2 or 3: as that many bf16 parts at w_out,
+    w2_out (, w3_out) for the split products of the state walk. STORE_NORMS: also store the l2-norm
+    factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles."""
     i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN, LOG_N)
     i_h = i_hv // (HV // H)
-    b_q, b_k, b_rq, b_rk, b_g, b_beta, rows, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
-                                                          H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, False)
+    if WY_SPLIT > 0:
+        wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, tok0, i_c * BT, T_seq,
+                         i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS, USE_L2NORM, INVERSE, DOT_DTYPE,
+                         WY_SPLIT, W_PARTS, STORE_NORMS)
+        return
+    b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
+                                                                    H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
+                                                                    USE_L2NORM and STORE_NORMS)
+    if USE_L2NORM and STORE_NORMS:
+        tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
+        tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
     b_G, b_D = chunk_decay(b_g, BT)
     b_T = chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT, BLOCK, LOG_BLOCKS, PRECISION, INVERSE)
     o_k = tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_v = o_v < V
-    b_v = tl.load(v + (rows[:, None] * HV + i_hv) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :],
-                  other=0.0).to(tl.float32)
-    b_u = tl.dot(b_T * b_beta[None, :], b_v, input_precision="tf32x3")
+    b_v = tl.load(row_tile(v, row0, i_hv, HV, V, o_t, o_v), mask=m_t[:, None] & m_v[None, :], other=0.0)
+    b_u = tl.dot(b_T * b_beta[None, :], b_v.to(tl.float32), input_precision="tf32x3")
     b_w = tl.dot(b_T * (b_beta * b_rk * tl.exp(b_G))[None, :], b_k.to(tl.float32), input_precision="tf32x3")
-    p_w = w_out + (rows[:, None] * HV + i_hv) * K + o_k[None, :]
-    p_u = u_out + (rows[:, None] * HV + i_hv) * V + o_v[None, :]
-    tl.store(p_w, b_w.to(w_out.dtype.element_ty), mask=m_t[:, None] & (o_k < K)[None, :])
+    o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + o_k[None, :])
+    p_u = row_tile(u_out, row0, i_hv, HV, V, o_t, o_v)
+    store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & (o_k < K)[None, :], W_PARTS)
     tl.store(p_u, b_u.to(u_out.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])

@@ -11,6 +11,7 @@ from tests.reference import random_inputs, reference_gdn
 from tests.tolerances import assert_close
 
 triton = pytest.importorskip("triton")
+from gdn.ops.triton.configs import OLD, SPLIT  # noqa: E402  (needs triton)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (T, H, HV, K, V, chunk, segments, l2norm): odd lengths, grouped heads, K != V, non-power-of-two dims,
@@ -50,7 +51,7 @@ def test_triton_varlen_with_empty_sequences():
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
-@pytest.mark.parametrize("inverse", ["substitution", "product"])
+@pytest.mark.parametrize("inverse", ["substitution", "product", "blocks"])
 def test_triton_inverse_variants(inverse):
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 100, 1, 2, 32, 32, dtype=torch.float32, initial_state=True,
@@ -73,6 +74,79 @@ def test_triton_bf16(segments):
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-2, name="S")
+
+
+# Knobs of the bf16 paths (triton_forward's docstring, gdn.ops.triton.configs): the defaults, the
+# split WY pass and state walk, other part counts, block widths and pipelining.
+BF16_VARIANTS = [
+    {},
+    OLD,
+    SPLIT,
+    dict(wy_split=3, state_split=0),                  # split WY pass, unsplit walk
+    dict(wy_split=0, state_split=2),                  # unsplit WY pass writing w parts and norm factors
+    dict(SPLIT, wy_split=2),
+    dict(SPLIT, state_split=3),
+    dict(SPLIT, block_v=16, walk_stages=1),
+    dict(fast_dots=True),
+]
+
+
+@pytest.mark.parametrize("variant", range(len(BF16_VARIANTS)))
+def test_triton_bf16_variants(variant):
+    """The fp32 final state pins the products: Triton's interpreter multiplies in fp32 (no tf32), so
+    what remains is each path's own rounding: 16 bits of the state in 2 bf16 parts (state_split=2, and
+    w and u with wy_split=2), fp32 otherwise. o is rounded to bf16. Three segments: the maps and
+    their fold run on the same path."""
+    from gdn.ops.triton import triton_forward
+    kw = BF16_VARIANTS[variant]
+    q, k, v, g, beta, S0 = random_inputs(1, 150, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
+                                         seed=20 + variant, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o = torch.full_like(v, float("nan"))
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=32, num_segments=3, out=o, **kw)
+    sixteen_bits = kw.get("state_split", 0) == 2 and not kw.get("fast_dots") or kw.get("wy_split") == 2
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    if not kw.get("fast_dots"):
+        assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-5, name="S")
+
+
+@pytest.mark.parametrize("C", [16, 64, 128])
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_triton_bf16_split_chunk_sizes(C, l2norm):
+    """The split path at every chunk size: 1, 4 and 8 diagonal blocks in the inverse."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 140, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         seed=C + l2norm, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm)
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=l2norm, chunk_size=C, num_segments=2, **SPLIT)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
+
+
+def test_triton_bf16_varlen_with_empty_sequences():
+    """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
+    next sequence (block pointers bounded by the sequence length)."""
+    cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
+    q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         N=5, seed=5, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
+    from gdn.ops.triton import triton_forward
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, **SPLIT)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
+    assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
+
+
+def test_choose_segments_fills_one_wave():
+    from gdn.ops.triton.chunk_fwd import choose_segments
+    assert choose_segments(64, 512, 132) == 4              # 256 programs on 264 slots, not 320
+    assert choose_segments(128, 512, 132, programs_per_sm=1) == 1
+    assert choose_segments(128, 512, 132, programs_per_sm=2) == 2
+    assert choose_segments(1024, 64, 132) == 1
+    assert choose_segments(4, 12, 132) == 3                # at least min_chunks chunks a segment
 
 
 def test_triton_without_initial_or_final_state():
