@@ -43,6 +43,6 @@ def print_walkthrough(print=print) -> None:
     print("3. scan: the chunk as one affine map S -> A_c S + B_c (A_c = gamma I - k_dec^T w)")
     A_c, B_c = f.affine_maps()                                    # [N, B, H, G, K, K|V]
     print(f"   A_c = {[_r(row) for row in A_c[0, 0, 0, 0]]}, B_c = {[_r(row) for row in B_c[0, 0, 0, 0]]}")
-    S_end = prefix_states(A_c, B_c, S0)[-1]
+    S_end = prefix_states(A_c, B_c, S0)[-1]            # [N + 1, ...]: the last is the final state
     print(f"   prefix scan from the empty state: final state {[_r(row) for row in S_end[0, 0, 0]]}")
     print("   every number agrees: the writes of the recurrence are the rows of U.")

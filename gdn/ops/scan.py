@@ -27,36 +27,44 @@ def compose(later, earlier):
 
 
 def prefix_states(A: torch.Tensor, B: torch.Tensor, S0: torch.Tensor) -> torch.Tensor:
-    """States after every map of a sequence of affine maps, applied from ``S0``.
+    """States before and after every map of a sequence of affine maps, applied from ``S0``.
 
     Args:
         A: ``[N, ..., K, K]``, B: ``[N, ..., K, V]``: map n sends S to A[n] S + B[n].
         S0: ``[..., K, V]`` the state before map 0.
     Returns:
-        ``[N, ..., K, V]``: the state after map n, for every n.
+        ``[N + 1, ..., K, V]``: [0] is S0, [n + 1] the state after map n.
     """
-    # Fold S0 into map 0, which becomes the constant map (0, A0 S0 + B0): every prefix then starts
-    # with a constant map, so its B part *is* the state and its A part is never needed.
-    B = torch.cat([(A[:1] @ S0) + B[:1], B[1:]])
-    A = torch.cat([torch.zeros_like(A[:1]), A[1:]])
-    return _inclusive_scan(A, B)
+    states = B.new_empty(B.shape[0] + 1, *B.shape[1:])
+    states[0] = S0
+    # Fold S0 into map 0, which becomes the constant map (., A0 S0 + B0): every prefix then starts
+    # with a constant map, so its B part *is* the state and no A part touching map 0 is ever read.
+    _inclusive_scan(A, B, states[1:], B0=A[0] @ S0 + B[0])
+    return states
 
 
-def _inclusive_scan(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """B-part of the inclusive prefix compositions over dim 0; map 0 must be constant (A ignored)."""
+def _inclusive_scan(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, B0=None) -> None:
+    """Write into ``out`` the B parts of the inclusive prefix compositions over dim 0, for a map 0
+    that is constant (its A, and so the A of every pair containing it, is never read); ``B0``, when
+    given, stands for B[0]. Results go straight into strided slices of ``out``: no concatenation."""
     N = B.shape[0]
+    first = B[0] if B0 is None else B0
+    out[0] = first
     if N == 1:
-        return B
-    even = N - N % 2
+        return
+    half = N // 2
     # Pair (2i, 2i+1) -> one map; their prefixes are the states after every odd element.
-    A_pair, B_pair = compose((A[1:even:2], B[1:even:2]), (A[0:even:2], B[0:even:2]))
-    after_odd = _inclusive_scan(A_pair, B_pair)                        # [N // 2, ...]
+    A_odd, B_odd = A[1:2 * half:2], B[1:2 * half:2]
+    B_pair = A_odd @ B[0:2 * half:2] + B_odd
+    B_pair[0] = A[1] @ first + B[1]                                    # pair 0 holds map 0
+    A_pair = A_odd @ A[0:2 * half:2] if half > 1 else A_odd            # the top pair's A is never read
+    _inclusive_scan(A_pair, B_pair, out[1::2])
     # Even element 2i (i >= 1) starts from the state after element 2i - 1.
-    after_even = torch.cat([B[:1], A[2::2] @ after_odd[: (N - 1) // 2] + B[2::2]])   # [ceil(N / 2), ...]
-    out = torch.stack([after_even[: N // 2], after_odd], dim=1).flatten(0, 1)        # interleave
-    if N % 2:
-        out = torch.cat([out, after_even[-1:]])
-    return out
+    if N > 2:
+        after_odd = out[1:N - 1:2]
+        if after_odd.requires_grad:            # autograd saves it; later writes into `out` would bump it
+            after_odd = after_odd.clone()
+        out[2::2] = A[2::2] @ after_odd + B[2::2]
 
 
 def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
@@ -70,7 +78,7 @@ def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size:
     f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)
     S_init = grouped_initial_state(initial_state, B, H, HV, K, V, like=q)
     A, Bc = f.affine_maps()                                            # [N, B, H, G, K, K|V]
-    after = prefix_states(A, Bc, S_init)                               # [N, B, H, G, K, V]
-    starts = torch.cat([S_init.unsqueeze(0), after[:-1]])
+    states = prefix_states(A, Bc, S_init)                              # [N + 1, B, H, G, K, V]
+    starts = states[:-1]                                               # the state before each chunk
     o = f.outputs(starts, f.writes(starts))                            # all chunks at once
-    return o, after[-1].reshape(B, HV, K, V)
+    return o, states[-1].reshape(B, HV, K, V)

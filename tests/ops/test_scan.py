@@ -13,6 +13,8 @@ def test_prefix_states_match_sequential_walk(N):
     B = torch.randn(N, 3, 6, 5, generator=gen, dtype=torch.float64)
     S = torch.randn(3, 6, 5, generator=gen, dtype=torch.float64)
     got = prefix_states(A, B, S)
+    assert torch.equal(got[0], S)
+    got = got[1:]
     expected = []
     for n in range(N):
         S = A[n] @ S + B[n]
