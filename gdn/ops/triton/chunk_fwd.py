@@ -56,6 +56,15 @@ def _dot_inputs(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _load_w(w, w2, w3, tok0, i_hv, T_seq, t0, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+            BK: tl.constexpr, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """One chunk's w [BT, BK] (or its SPLIT bf16 parts), as the WY pass stored it."""
+    return _load_parts(rows_block(w, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
+                       rows_block(w2, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
+                       rows_block(w3, tok0, i_hv, T_seq, t0, HV, K, BT, BK), SPLIT, DOT_DTYPE)
+
+
+@triton.jit
 def _load_parts(p_1, p_2, p_3, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """A tile through block pointers (rows and columns out of bounds read zeros): as stored when
     SPLIT = 0 (the other two returned are placeholders); else its SPLIT bf16 parts (store_parts) in
@@ -107,9 +116,7 @@ def _segment_maps_kernel(
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
             q, k, g, beta, tok0, c * BT, T, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, False,
             rk, rk, SPLIT > 0)
-        b_w, b_w2, b_w3 = _load_parts(rows_block(w, tok0, i_hv, T, c * BT, HV, K, BT, BK),
-                                      rows_block(w2, tok0, i_hv, T, c * BT, HV, K, BT, BK),
-                                      rows_block(w3, tok0, i_hv, T, c * BT, HV, K, BT, BK), SPLIT, DOT_DTYPE)
+        b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
         # The A columns see zero values: their "state" is the product of the chunks' linear parts.
         b_u = tl.load(row_tile(u, row0, i_hv, HV, V, o_t, o_c), mask=m_t[:, None] & m_c[None, :] & (i_m >= NMK),
                       other=0.0)
@@ -189,9 +196,7 @@ def _chunk_fwd_kernel(
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
             q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
             rq, rk, SPLIT > 0)
-        b_w, b_w2, b_w3 = _load_parts(rows_block(w, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK),
-                                      rows_block(w2, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK),
-                                      rows_block(w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK), SPLIT, DOT_DTYPE)
+        b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
         b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
                       padding_option="zero")
         b_G_last = tl.sum(b_g, axis=0)
