@@ -130,7 +130,7 @@ def run_bench(args) -> None:
 
 def _print_table(rows, providers) -> None:
     peers = [p for p in providers if not p.startswith("gdn")]
-    head = f"| shape | gates | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
+    head = "| shape | gates | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
         " | ".join(f"{p}/gdn" for p in peers) + " | gdn % of floor |"
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))

@@ -122,8 +122,7 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm
     a CPU every pass over a T x K tensor costs about as much as a matrix product.
     """
     B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    G = HV // H
+    G = v.shape[2] // H
     C = chunk_size
     pad = (-T) % C
     if pad:

@@ -1,8 +1,11 @@
 """Triton kernels for NVIDIA GPUs (and Triton's CPU interpreter with TRITON_INTERPRET=1).
 
-chunk_fwd: the fused forward (WY factors + state walk + outputs), split into exactly-joined segments
-           when batch x heads cannot fill the GPU.
-wy:        the chunk math (decays, WY triangular inverse) as device functions.
+wy:         the chunk math (decays, WY triangular inverse, chunk loading) and the parallel WY kernel.
+chunk_fwd:  the segment maps and the state walk that writes the outputs, and the launcher; sequences
+            are cut into exactly-joined segments when batch x heads cannot fill the GPU.
+split_dot:  fp32-accurate products on bf16 matrix units.
+addressing: [tokens, heads, dim] offsets (int64 per chunk, int32 inside).
+configs:    named launcher configurations (tests, compile report, GPU timing).
 causal_conv1d: the layer's short convolution.
 """
 from .chunk_fwd import triton_forward

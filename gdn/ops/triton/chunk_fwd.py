@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .wy import (bf16_parts, chunk_decay, dot_parts, load_chunk, row_tile, rows_block, split_dot, store_parts,
-                 wy_kernel)
+from .addressing import row_tile, rows_block
+from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
+from .wy import chunk_decay, load_chunk, wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 

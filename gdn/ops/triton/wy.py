@@ -9,37 +9,15 @@ For one chunk of BT tokens (rows), with G the in-chunk cumulative log-decay:
 ``wy_kernel`` computes u and w for every chunk of every sequence and head at once (they do not
 depend on the state), so the sequential state walk only multiplies.
 
-Split products (split_dot): with bf16 inputs every product can run on bf16 matrix units at fp32
-accuracy, because the inputs are exact bf16 operands and each computed fp32 operand is cut into 2
-or 3 bf16 parts. Against tf32x3 products of fp32 tiles this halves the matrix-unit time and the
-registers and shared memory of the operands, which is what kept these kernels spilling.
+With bf16 inputs the products can run as split products (gdn.ops.triton.split_dot).
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
-    """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor: one int64
-    scalar offset for the chunk (token offsets pass 2^31 elements at a million tokens) plus int32
-    offsets inside it, instead of 64-bit arithmetic on every element."""
-    return base + (row0 * NH + i_head) * D + (o_t[:, None] * (NH * D) + o_d[None, :])
-
-
-@triton.jit
-def rows_block(base, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
-               BD: tl.constexpr, d0=0):
-    """Block pointer to tokens t0 .. t0 + BT - 1 of one sequence (tok0, T_seq tokens), head i_head,
-    columns d0 .. d0 + BD - 1, of a [tokens, NH, D] tensor; load with boundary_check=(0, 1)."""
-    return tl.make_block_ptr(base + (tok0 * NH + i_head) * D, (T_seq, D), (NH * D, 1), (t0, d0), (BT, BD), (1, 0))
-
-
-@triton.jit
-def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
-    """Pointers to tokens row0 + o_t, head i_head of a [tokens, NH] tensor (as row_tile)."""
-    return base + (row0 * NH + i_head) + o_t * NH
+from .addressing import row_tile, row_vec, rows_block
+from .split_dot import split_dot, store_parts
 
 
 @triton.jit
@@ -58,8 +36,6 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
-    o_k = tl.arange(0, BK)
-    m_qk = m_t[:, None] & (o_k < K)[None, :]
     if WITH_Q:
         b_q = tl.load(rows_block(q, tok0, i_h, T_seq, t0, H, K, BT, BK), boundary_check=(0, 1), padding_option="zero")
     else:
@@ -186,84 +162,6 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
         b_kk = tl.dot(b_k, tl.trans(b_k))
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
     return unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
-
-
-@triton.jit
-def bf16_parts(a, NSPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """fp32 ``a`` as NSPLIT bf16 tiles a_1 + a_2 (+ a_3): a_1 = bf16(a), a_2 = bf16(a - a_1), ..., each
-    part carrying the next 8 bits of the mantissa (16 bits for 2 parts, all 24 for 3), returned in
-    DOT_DTYPE (bf16; fp32 in Triton's CPU interpreter, the values still rounded to bf16). With
-    NSPLIT = 2 the third tile returned is a placeholder."""
-    b_1 = a.to(tl.bfloat16)
-    b_r = a - b_1.to(tl.float32)
-    b_2 = b_r.to(tl.bfloat16)
-    b_3 = b_2                                    # unused placeholder (Triton tuples hold no None)
-    if NSPLIT == 3:
-        b_3 = (b_r - b_2.to(tl.float32)).to(tl.bfloat16)
-    return b_1.to(DOT_DTYPE), b_2.to(DOT_DTYPE), b_3.to(DOT_DTYPE)
-
-
-@triton.jit
-def dot_parts(a_1, a_2, a_3, NA: tl.constexpr, b_1, b_2, b_3, NB: tl.constexpr, acc):
-    """acc + (a_1 + a_2 + a_3) @ (b_1 + b_2 + b_3) from bf16 parts (bf16_parts), NA and NB of them
-    (1: the operand is exact in bf16; or the same N = 2 or 3). One side split: N products. Both: the
-    products of parts i, j with i + j <= N + 1 (3 for N = 2, 6 for N = 3); the dropped ones are below
-    2^-(8 N) relative. Smallest first, so that the large terms are added last."""
-    if NA == 1 and NB == 1:
-        acc = tl.dot(a_1, b_1, acc)
-    elif NA == 1:
-        if NB == 3:
-            acc = tl.dot(a_1, b_3, acc)
-        acc = tl.dot(a_1, b_2, acc)
-        acc = tl.dot(a_1, b_1, acc)
-    elif NB == 1:
-        if NA == 3:
-            acc = tl.dot(a_3, b_1, acc)
-        acc = tl.dot(a_2, b_1, acc)
-        acc = tl.dot(a_1, b_1, acc)
-    else:
-        if NA == 3:
-            acc = tl.dot(a_1, b_3, acc)
-            acc = tl.dot(a_2, b_2, acc)
-            acc = tl.dot(a_3, b_1, acc)
-        acc = tl.dot(a_1, b_2, acc)
-        acc = tl.dot(a_2, b_1, acc)
-        acc = tl.dot(a_1, b_1, acc)
-    return acc
-
-
-@triton.jit
-def split_dot(a, b, acc, NSPLIT: tl.constexpr, SPLIT_A: tl.constexpr, SPLIT_B: tl.constexpr,
-              DOT_DTYPE: tl.constexpr):
-    """acc + a @ b on bf16 matrix units at (nearly) fp32 accuracy: the fp32 operands flagged SPLIT_A /
-    SPLIT_B are cut into NSPLIT bf16 parts (bf16_parts); an operand not split must hold bf16 values
-    (the inputs as stored) in DOT_DTYPE. Products of bf16 values are exact and accumulate in fp32, so
-    with one side split the result is exact to 8 * NSPLIT bits of that side (3 parts: as fp32; 2: 16
-    bits, where tf32 keeps 11); with both split, see dot_parts. Each bf16 product costs half a tf32
-    one on the matrix units, and bf16 operands take half the registers and shared memory of fp32 ones."""
-    if SPLIT_A:
-        a_1, a_2, a_3 = bf16_parts(a, NSPLIT, DOT_DTYPE)
-    else:
-        a_1, a_2, a_3 = a, a, a
-    if SPLIT_B:
-        b_1, b_2, b_3 = bf16_parts(b, NSPLIT, DOT_DTYPE)
-    else:
-        b_1, b_2, b_3 = b, b, b
-    return dot_parts(a_1, a_2, a_3, NSPLIT if SPLIT_A else 1, b_1, b_2, b_3, NSPLIT if SPLIT_B else 1, acc)
-
-
-@triton.jit
-def store_parts(p, p_2, p_3, b, mask, NPARTS: tl.constexpr):
-    """Store fp32 ``b`` at p in p's dtype (NPARTS = 0), or as NPARTS bf16 parts (bf16_parts) at p, p_2
-    (and p_3): what a split product reads back, with no fp32 tile in registers."""
-    if NPARTS == 0:
-        tl.store(p, b.to(p.dtype.element_ty), mask=mask)
-    else:
-        b_1, b_2, b_3 = bf16_parts(b, NPARTS, tl.bfloat16)
-        tl.store(p, b_1, mask=mask)
-        tl.store(p_2, b_2, mask=mask)
-        if NPARTS == 3:
-            tl.store(p_3, b_3, mask=mask)
 
 
 @triton.jit

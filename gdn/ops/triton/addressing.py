@@ -1,0 +1,27 @@
+"""Addressing of [tokens, heads, dim] tensors in the kernels: one int64 offset per chunk, int32 inside."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
+    """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor: one int64
+    scalar offset for the chunk (token offsets pass 2^31 elements at a million tokens) plus int32
+    offsets inside it, instead of 64-bit arithmetic on every element."""
+    return base + (row0 * NH + i_head) * D + (o_t[:, None] * (NH * D) + o_d[None, :])
+
+
+@triton.jit
+def rows_block(base, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
+               BD: tl.constexpr, d0=0):
+    """Block pointer to tokens t0 .. t0 + BT - 1 of one sequence (tok0, T_seq tokens), head i_head,
+    columns d0 .. d0 + BD - 1, of a [tokens, NH, D] tensor; load with boundary_check=(0, 1)."""
+    return tl.make_block_ptr(base + (tok0 * NH + i_head) * D, (T_seq, D), (NH * D, 1), (t0, d0), (BT, BD), (1, 0))
+
+
+@triton.jit
+def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
+    """Pointers to tokens row0 + o_t, head i_head of a [tokens, NH] tensor (as row_tile)."""
+    return base + (row0 * NH + i_head) + o_t * NH
