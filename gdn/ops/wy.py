@@ -75,7 +75,10 @@ class ChunkFactors:
         if out is None:
             S = self.gamma[n, ..., None, None] * S0
             return torch.baddbmm(S.flatten(0, -3), k_t.flatten(0, -3), U.flatten(0, -3)).view(S0.shape)
-        torch.mul(S0, self.gamma[n, ..., None, None], out=out)         # no autograd here: in place
+        # No autograd here: in place. One scalar a state, broadcast over a flat row (a trailing
+        # [1, 1] broadcast takes torch's slow elementwise path on CPUs).
+        torch.mul(S0.reshape(-1, S0.shape[-2] * S0.shape[-1]), self.gamma[n].reshape(-1, 1),
+                  out=out.view(-1, S0.shape[-2] * S0.shape[-1]))
         out.view(-1, *out.shape[-2:]).baddbmm_(k_t.flatten(0, -3), U.flatten(0, -3))
         return out
 
