@@ -14,10 +14,10 @@ from .wy import chunk_factors
 
 def chunk_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
                   use_qk_l2norm: bool = False):
-    """Chunked Gated DeltaNet on dense batches; same contract as
-    :func:`gdn.ops.recurrent.recurrent_forward`: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
-    g, beta ``[B, T, HV]``, initial_state ``[B, HV, K, V]`` or None, all in the compute dtype.
-    Returns o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``."""
+    """Chunked Gated DeltaNet on dense batches: o ``[B, T, HV, V]`` and the final state
+    ``[B, HV, K, V]`` from q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``, g, beta ``[B, T, HV]`` and
+    initial_state ``[B, HV, K, V]`` or None, all in the compute dtype (as
+    :func:`gdn.ops.recurrent.recurrent_forward`)."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)

@@ -69,10 +69,8 @@ def _inclusive_scan(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, B0=None
 
 def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
                  use_qk_l2norm: bool = False):
-    """Scan-based Gated DeltaNet on dense batches; same contract as
-    :func:`gdn.ops.recurrent.recurrent_forward`: q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
-    g, beta ``[B, T, HV]``, initial_state ``[B, HV, K, V]`` or None, all in the compute dtype.
-    Returns o ``[B, T, HV, V]`` and the final state ``[B, HV, K, V]``."""
+    """Gated DeltaNet by the affine-map scan, same arguments and results as
+    :func:`gdn.ops.chunk.chunk_forward`."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     f = chunk_factors(q, k, v, g, beta, scale, chunk_size, use_qk_l2norm)

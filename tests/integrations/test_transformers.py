@@ -10,7 +10,7 @@ import torch
 import gdn
 from gdn.integrations.transformers import (MODELING_MODULES, REPLACEMENTS, is_patched, patch, patch_transformers,
                                            unpatch, unpatch_transformers)
-from tests.layers.tiny_models import tiny_model, use_transformers_torch_code
+from tests.layers.tiny_models import no_grad_and_torch_code, tiny_model  # noqa: F401 (fixture)
 from tests.tolerances import assert_close
 
 MODULE_OF = dict(zip(["qwen3_5", "qwen3_5_moe", "qwen3_next"], MODELING_MODULES))
@@ -18,15 +18,8 @@ NEW_TOKENS = 6
 
 
 @pytest.fixture(autouse=True)
-def _no_grad():
-    with torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def transformers_torch_code(monkeypatch):
+def _reference_setup(no_grad_and_torch_code):
     """"transformers" below means its own torch code, whatever kernels it bound at import."""
-    use_transformers_torch_code(monkeypatch)
 
 
 @pytest.fixture

@@ -1,9 +1,8 @@
 """Checkpoints of tiny random models saved once per test session with transformers' save_pretrained:
 real safetensors files, the Qwen3.5 one sharded (a layer's tensors spread over several shards)."""
 import pytest
-import torch
 
-from tests.layers.tiny_models import tiny_model, use_transformers_torch_code
+from tests.layers.tiny_models import no_grad_and_torch_code, tiny_model  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="session", params=["qwen3_5", "qwen3_next"])
@@ -18,12 +17,5 @@ def saved(request, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _no_grad():
-    with torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def _transformers_torch_code(monkeypatch):
-    """The reference is transformers' own torch code, whatever kernels it bound at import."""
-    use_transformers_torch_code(monkeypatch)
+def _reference_setup(no_grad_and_torch_code):
+    """The reference is transformers' own torch code; no autograd."""

@@ -6,6 +6,7 @@ Linear-attention shape: H = 2 key heads, HV = 4 value heads (grouped, G = 2), K 
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 LINEAR = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
@@ -82,3 +83,12 @@ def use_transformers_torch_code(monkeypatch) -> None:
         for name in KERNEL_FUNCTIONS:
             fn = getattr(module, name)
             monkeypatch.setattr(module, name, getattr(fn, "__wrapped__", fn))
+
+
+@pytest.fixture
+def no_grad_and_torch_code(monkeypatch):
+    """Tests compare with transformers' own torch code (whatever kernels it bound at import), without
+    autograd. Test modules opt in with an autouse fixture that requests this one."""
+    use_transformers_torch_code(monkeypatch)
+    with torch.no_grad():
+        yield
