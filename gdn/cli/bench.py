@@ -163,7 +163,8 @@ def _write(rows, out: str, machine: str) -> None:
         ax.bar([j + i * width for j in range(len(fwd))], [r["ms"].get(name, 0) for r in fwd], width, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(fwd))])
     ax.set_xticklabels([f"{r['shape']}\n{r['gates']}" for r in fwd], fontsize=7)
-    ax.set_ylabel("forward ms (lower is better)")
+    ax.set_yscale("log")                         # peers span two orders of magnitude
+    ax.set_ylabel("forward ms, log scale (lower is better)")
     ax.set_title(f"gdn bench: {machine}")
     ax.legend()
     fig.tight_layout()
