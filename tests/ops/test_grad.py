@@ -38,3 +38,11 @@ def test_gradcheck(backend):
                                     use_qk_l2norm=True, backend=backend, chunk_size=2)
 
     assert torch.autograd.gradcheck(fn, (q, k, v, g, beta, S0))
+
+
+def test_gradients_through_token_blocks():
+    """chunk walks long sequences in blocks of BLOCK_TOKENS (the state carried across); scan does not."""
+    from gdn.ops.chunk import BLOCK_TOKENS
+    inputs = random_inputs(1, 2 * BLOCK_TOKENS + 77, 1, 2, 8, 8, initial_state=True, seed=4)
+    for name, a, b in zip("q k v g beta S0".split(), _grads("chunk", inputs), _grads("scan", inputs)):
+        assert_close(a, b, name=f"d{name}")
