@@ -39,32 +39,35 @@ def prefix_states(A: torch.Tensor, B: torch.Tensor, S0: torch.Tensor) -> torch.T
     states[0] = S0
     # Fold S0 into map 0, which becomes the constant map (., A0 S0 + B0): every prefix then starts
     # with a constant map, so its B part *is* the state and no A part touching map 0 is ever read.
-    _inclusive_scan(A, B, states[1:], B0=A[0] @ S0 + B[0])
+    _inclusive_scan(A, B, B0=A[0] @ S0 + B[0], out=states[1:])
     return states
 
 
-def _inclusive_scan(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor, B0=None) -> None:
-    """Write into ``out`` the B parts of the inclusive prefix compositions over dim 0, for a map 0
-    that is constant (its A, and so the A of every pair containing it, is never read); ``B0``, when
-    given, stands for B[0]. Results go straight into strided slices of ``out``: no concatenation."""
+def _inclusive_scan(A: torch.Tensor, B: torch.Tensor, B0=None, out=None) -> torch.Tensor:
+    """The B parts of the inclusive prefix compositions over dim 0, for a map 0 that is constant
+    (its A, and so the A of every pair containing it, is never read); ``B0``, when given, stands for
+    B[0]. Returns them (in ``out`` when given). Each level splits the maps into even and odd ones
+    once, so that every product below reads contiguous operands."""
     N = B.shape[0]
     first = B[0] if B0 is None else B0
+    if out is None:
+        out = B.new_empty(B.shape)
     out[0] = first
     if N == 1:
-        return
+        return out
     half = N // 2
+    A_even, B_even = A[0::2].contiguous(), B[0::2].contiguous()        # ceil(N / 2) maps each
+    A_odd = A[1::2].contiguous()                                       # N // 2 maps
     # Pair (2i, 2i+1) -> one map; their prefixes are the states after every odd element.
-    A_odd, B_odd = A[1:2 * half:2], B[1:2 * half:2]
-    B_pair = A_odd @ B[0:2 * half:2] + B_odd
+    B_pair = A_odd @ B_even[:half] + B[1::2]
     B_pair[0] = A[1] @ first + B[1]                                    # pair 0 holds map 0
-    A_pair = A_odd @ A[0:2 * half:2] if half > 1 else A_odd            # the top pair's A is never read
-    _inclusive_scan(A_pair, B_pair, out[1::2])
+    A_pair = A_odd @ A_even[:half] if half > 1 else A_odd              # the top pair's A is never read
+    after_odd = _inclusive_scan(A_pair, B_pair)                        # [N // 2, ...], contiguous
+    out[1::2] = after_odd
     # Even element 2i (i >= 1) starts from the state after element 2i - 1.
     if N > 2:
-        after_odd = out[1:N - 1:2]
-        if after_odd.requires_grad:            # autograd saves it; later writes into `out` would bump it
-            after_odd = after_odd.clone()
-        out[2::2] = A[2::2] @ after_odd + B[2::2]
+        out[2::2] = A_even[1:] @ after_odd[: (N - 1) // 2] + B_even[1:]
+    return out
 
 
 def scan_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_size: int = 64,
