@@ -36,8 +36,9 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         use_qk_l2norm: l2-normalise q and k over K first (Qwen3.5's ``use_qk_l2norm_in_kernel``).
         chunk_size: tokens per chunk for "chunk", "scan" and "triton" (a power of two; 64 by default).
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
-            maps + parallel prefix scan, seed 000), "triton" (fused GPU kernels), or "auto": "triton"
-            for CUDA tensors when Triton is installed and no gradient is needed, else "chunk".
+            maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
+            "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed and no
+            input is float64, else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 
@@ -108,12 +109,17 @@ def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
 def resolve_backend(backend: str, *tensors) -> str:
     """The concrete algorithm for ``backend`` on these tensors (see :func:`gated_delta_rule`)."""
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    float64 = any(t is not None and t.dtype == torch.float64 for t in tensors)
     on_cuda = tensors[0].is_cuda
     if backend == "auto":
-        return "triton" if on_cuda and not needs_grad and triton_available() else "chunk"
+        # The kernels compute in float32 at best: float64 inputs get the exact float64 chunk algorithm.
+        return "triton" if on_cuda and not needs_grad and not float64 and triton_available() else "chunk"
     if backend == "triton":
         if needs_grad:
             return "chunk"
+        if float64:
+            raise ValueError("backend='triton' computes in float32 (bf16/fp16/fp32 inputs); for float64 inputs "
+                             "use backend='chunk' (or 'auto')")
         if not triton_available():
             raise RuntimeError("backend='triton' needs the triton package (pip install triton)")
         if not on_cuda and not triton_interpreting():

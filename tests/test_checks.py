@@ -67,3 +67,16 @@ def test_triton_backend_on_cpu_without_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         call(backend="triton")
+
+
+def test_triton_backend_refuses_float64():
+    pytest.importorskip("triton")
+    q, k, v, g, beta, _ = random_inputs(1, 8, 1, 1, 16, 16)          # float64
+    with pytest.raises(ValueError, match="float64"):
+        gdn.gated_delta_rule(q, k, v, g, beta, backend="triton")
+
+
+def test_auto_keeps_float64_exact():
+    from gdn.api import resolve_backend
+    q = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
+    assert resolve_backend("auto", q) == "chunk"
