@@ -5,6 +5,7 @@ import torch
 
 from .checks import check_inputs
 from .ops.chunk import chunk_forward
+from .ops.common import triton_interpreting
 from .ops.recurrent import recurrent_forward
 from .ops.scan import scan_forward
 
@@ -134,11 +135,6 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def triton_interpreting() -> bool:
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,

@@ -12,10 +12,10 @@ devices to the torch code below; ``backend="causal_conv1d"`` uses the ``causal-c
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
+
+from ..ops.common import triton_interpreting
 
 BACKENDS = ("auto", "torch", "triton", "causal_conv1d")
 ACTIVATIONS = (None, "silu", "swish")
@@ -52,7 +52,7 @@ def causal_conv1d(
     if backend == "auto":
         backend = "triton" if x.is_cuda else "torch"
     if backend == "triton":
-        if not x.is_cuda and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        if not x.is_cuda and not triton_interpreting():
             raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 set before triton "
                              "is imported, to run the kernel on CPU tensors in Triton's interpreter)")
         from gdn.ops.triton.causal_conv1d import causal_conv1d_triton

@@ -10,6 +10,8 @@ being repeated:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 L2NORM_EPS = 1e-6
@@ -56,3 +58,8 @@ def grouped_initial_state(initial_state, B: int, H: int, HV: int, K: int, V: int
     if initial_state is None:
         return like.new_zeros(B, H, HV // H, K, V)
     return initial_state.view(B, H, HV // H, K, V)
+
+
+def triton_interpreting() -> bool:
+    """Whether TRITON_INTERPRET asks for Triton's CPU interpreter (kernels then accept CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -25,12 +25,11 @@ program ids. Token offsets are int64: tokens x heads x dim passes 2^31 at a mill
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from ..common import triton_interpreting
 from .addressing import row_tile, rows_block
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 from .wy import chunk_decay, load_chunk, wy_kernel
@@ -236,10 +235,6 @@ def _chunk_fwd_kernel(
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -328,7 +323,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     BLOCK = min(SUBBLOCK, BT)
     NT = triton.cdiv(T, BT)
     # Triton's CPU interpreter multiplies 16-bit tiles wrongly (it reads their raw bits): upcast there.
-    dot_dtype = tl.float32 if _interpreting() else _TL_DTYPES[q.dtype]
+    dot_dtype = tl.float32 if triton_interpreting() else _TL_DTYPES[q.dtype]
     common = dict(H=H, HV=HV, K=K, V=V, BT=BT, BK=BK, USE_L2NORM=use_qk_l2norm, PRECISION=precision,
                   DOT_DTYPE=dot_dtype, num_warps=num_warps, num_stages=num_stages)
     dummy = o
