@@ -3,10 +3,13 @@ launched kernel, and a timing table of the launcher's configurations (old and ne
 
 Every check draws fresh random inputs, poisons the output buffer with NaN before the kernel runs, and
 compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
-plain recurrence by the test suite). Run on the GPU machine: python benchmarks/gpu_check.py
+plain recurrence by the test suite). Run on the GPU machine:
+    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile]     (default: all four)
+GDN_CONFIGS="default;split" limits the kernels/time sections to those configurations.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -99,13 +102,12 @@ def kernel_line(name, grid, kernel):
             f"  warps {warps}  programs/SM {fit}")
 
 
-def main() -> int:
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+def correctness() -> None:
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
     for vname in ("default", "old", "split", "old blocks", "wy3 + old walk", "ss2 bv64 st1", "ss2 bv16",
-                  "ss3", "old fast+bf16 wy"):
+                  "old fast+bf16 wy"):
         check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
-    check("[split] bf16 B2 T300 chunk 128", 2, 300, torch.bfloat16, chunk_size=128, **SPLIT)
+    check("[split] bf16 B2 T300 chunk 128 (falls back to unsplit)", 2, 300, torch.bfloat16, chunk_size=128, **SPLIT)
     check("[split] bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16, **SPLIT)
     check("[split] bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7, **SPLIT)
     check("bf16 B1 T32k decaying (segments)", 1, 32768, torch.bfloat16)
@@ -117,9 +119,19 @@ def main() -> int:
     check("[split] bf16 varlen 32k in 7 pieces", 1, 32768, torch.bfloat16, cu=cu16, **SPLIT)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
 
-    shapes = [(1, 32768), (8, 4096)]
+
+SHAPES = [(1, 32768), (8, 4096)]
+
+
+def selected_configs():
+    names = os.environ.get("GDN_CONFIGS")
+    return {n: CONFIGS[n] for n in names.split(";")} if names else CONFIGS
+
+
+def kernels() -> None:
+    shapes = SHAPES
     print("\ncompiled kernels (n_regs, n_spills from the driver; programs/SM from registers and shared memory)")
-    for cname, kw in CONFIGS.items():
+    for cname, kw in selected_configs().items():
         for B, T in shapes:
             if "P=" in cname and B > 1:
                 continue
@@ -130,9 +142,12 @@ def main() -> int:
             for name, grid, kernel in log:
                 print(kernel_line(name, grid, kernel))
 
+
+def timing() -> None:
+    shapes = SHAPES
     print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
-    for cname, kw in CONFIGS.items():
+    for cname, kw in selected_configs().items():
         cells = []
         for B, T in shapes:
             if "P=" in cname and B > 1:
@@ -145,6 +160,8 @@ def main() -> int:
             cells.append(f"{triton.testing.do_bench(fn, warmup=25, rep=100, return_mode='median'):>12.3f}")
         print(f"{cname:<18}" + "".join(cells), flush=True)
 
+
+def profile() -> None:
     for cname in ("default", "split"):
         print(f"\nper-kernel CUDA time, {cname} config, B1 x T32k")
         q, k, v, g, beta = random_problem(1, 32768, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
@@ -156,6 +173,13 @@ def main() -> int:
                 fn()
             torch.cuda.synchronize()
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6))
+
+
+def main() -> int:
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
+    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile)
+    for name in sys.argv[1:] or sections:
+        sections[name]()
     print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")
     return 1 if failures else 0
 

@@ -54,10 +54,20 @@ def floor_ms(B, T, H, HV, K, V, elem_bytes) -> float:
     return max(nbytes / COPY_BYTES_PER_S, flops / MATMUL_FLOP_PER_S) * 1e3
 
 
-def _providers(device: str, names):
+def _config_provider(config: dict):
+    from ..ops.triton import triton_forward
+    return lambda q, *a, **kw: triton_forward(q, *a, scale=q.shape[-1] ** -0.5, **kw, **config)
+
+
+def _providers(device: str, names, configs=()):
     ours = {}
     if device.startswith("cuda"):
+        from ..ops.triton.configs import CONFIGS
         ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="triton", **kw)
+        for cname in configs:        # named launcher configurations, timed beside the default
+            if cname not in CONFIGS:
+                raise ValueError(f"--configs: unknown configuration {cname!r}, expected one of {sorted(CONFIGS)}")
+            ours[f"gdn[{cname}]"] = _config_provider(CONFIGS[cname])
     else:
         ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="chunk", **kw)
         ours["gdn-scan"] = lambda *a, **kw: gated_delta_rule(*a, backend="scan", **kw)
@@ -89,7 +99,7 @@ def run_bench(args) -> None:
     dtype = torch.bfloat16 if on_gpu else torch.float32
     shapes = parse_shapes(args.shapes or (GPU_SHAPES if on_gpu else CPU_SHAPES))
     names = args.providers.split(",") if args.providers else None
-    providers = _providers(device, names)
+    providers = _providers(device, names, args.configs.split(",") if args.configs else ())
     if not on_gpu:
         torch.set_num_threads(os.cpu_count() or 1)
     machine = torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or platform.machine()}, " \

@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     bench.add_argument("--V", type=int, default=128)
     bench.add_argument("--gates", default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
     bench.add_argument("--providers", default=None, help="comma-separated subset of providers to time")
+    bench.add_argument("--configs", default=None,
+                       help="GPU: also time these named Triton configurations (gdn/ops/triton/configs.py)")
     bench.add_argument("--backward", action="store_true", help="also time forward+backward where supported")
     bench.add_argument("--out", default="bench_out", help="folder for results.json and the PNG plot")
 

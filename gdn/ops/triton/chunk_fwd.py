@@ -271,7 +271,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     (compiled for sm_90 without spills, not yet run on a GPU: opt-in until measured), where every
     product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts
     (gdn.ops.triton.wy.split_dot): ``wy_split`` parts (3: exact as fp32) for the WY pass,
-    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11; 3: all 24) for the state walk
+    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk
     and the segment maps; 0 turns a split path off. The split walk uses
     ``block_v`` columns of the state per program (default 32) and ``walk_stages`` pipeline stages
     (default 2 where the buffers fit: loads go straight to shared memory).
@@ -305,10 +305,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             ht.copy_(h0) if h0 is not None else ht.zero_()
         return o, ht
 
-    BT = chunk_size
     BK = max(16, triton.next_power_of_2(K))
+    BT = chunk_size
     # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
-    is_bf16 = q.dtype == torch.bfloat16
+    # On an H200 the split paths gave wrong results at chunk size 128 and with 3 state parts, though
+    # both are right in the interpreter (benchmarks/NOTES.md, v3): 128 takes the unsplit paths.
+    if state_split not in (0, 2):
+        raise ValueError(f"state_split must be 0 or 2, got {state_split}")
+    is_bf16 = q.dtype == torch.bfloat16 and BT <= 64
     wy_split = wy_split if is_bf16 else 0
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
     if block_v is None:

@@ -27,6 +27,5 @@ CONFIGS = {
     "ss2 bv32 st1": dict(SPLIT, walk_stages=1),
     "ss2 bv16": dict(SPLIT, block_v=16),
     "ss2 bv16 P=2": dict(SPLIT, block_v=16, num_segments=2),
-    "ss3": dict(SPLIT, state_split=3),
     "wy maxnreg 168": dict(SPLIT, wy_maxnreg=168),
 }

@@ -85,7 +85,6 @@ BF16_VARIANTS = [
     dict(wy_split=3, state_split=0),                  # split WY pass, unsplit walk
     dict(wy_split=0, state_split=2),                  # unsplit WY pass writing w parts and norm factors
     dict(SPLIT, wy_split=2),
-    dict(SPLIT, state_split=3),
     dict(SPLIT, block_v=16, walk_stages=1),
     dict(fast_dots=True),
 ]
