@@ -255,8 +255,8 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
 
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
-                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse="product", wy_split=0,
-                   state_split=0, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
+                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=3,
+                   state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
@@ -266,15 +266,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
     gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
 
-    The defaults are the configuration measured correct and fastest on an H200 so far (see
-    benchmarks/NOTES.md). With ``wy_split``/``state_split`` > 0, bf16 inputs take the split paths
-    (compiled for sm_90 without spills, not yet run on a GPU: opt-in until measured), where every
+    The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
+    gdn/ops/triton/configs.py). bf16 inputs at chunk sizes up to 64 take the split paths, where every
     product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts
-    (gdn.ops.triton.wy.split_dot): ``wy_split`` parts (3: exact as fp32) for the WY pass,
-    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk
-    and the segment maps; 0 turns a split path off. The split walk uses
-    ``block_v`` columns of the state per program (default 32) and ``walk_stages`` pipeline stages
-    (default 2 where the buffers fit: loads go straight to shared memory).
+    (gdn.ops.triton.split_dot): ``wy_split`` parts (3: exact as fp32) for the WY pass,
+    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
+    segment maps; 0 turns a split path off. The split walk uses ``block_v`` columns of the state per
+    program and ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64
+    columns and 1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and
+    2 stages (one program per SM, its loads prefetched). ``inverse`` defaults to "blocks" on the
+    split WY pass, "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -315,8 +316,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     is_bf16 = q.dtype == torch.bfloat16 and BT <= 64
     wy_split = wy_split if is_bf16 else 0
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
+    if inverse is None:
+        inverse = "blocks" if wy_split > 0 else "product"
     if block_v is None:
-        block_v = 32 if state_split > 0 else 64
+        # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
+        # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
+        wide = N * HV * triton.cdiv(V, 64) >= 2 * _num_sms(q.device)
+        block_v = 64 if wide or state_split == 0 else 32
+        if walk_stages is None and state_split > 0:
+            walk_stages = 1 if wide else 2
     if walk_stages is None:
         # Two stages double the q, k and w-part buffers (BT x BK bf16 each): keep them to 128 KiB.
         walk_stages = 2 if state_split > 0 and 2 * BT * BK * 2 * (2 + state_split) <= 128 * 1024 else 1

@@ -76,8 +76,9 @@ def test_triton_bf16(segments):
     assert_close(S, S_ref, rtol=1e-2, name="S")
 
 
-# Knobs of the bf16 paths (triton_forward's docstring, gdn.ops.triton.configs): the defaults, the
-# split WY pass and state walk, other part counts, block widths and pipelining.
+# Knobs of the bf16 paths (triton_forward's docstring, gdn.ops.triton.configs): the defaults (the split
+# paths), v2's substitution inverse without splits, the split WY pass and state walk apart, other part
+# counts, block widths and pipelining.
 BF16_VARIANTS = [
     {},
     OLD,
@@ -86,6 +87,8 @@ BF16_VARIANTS = [
     dict(wy_split=0, state_split=2),                  # unsplit WY pass writing w parts and norm factors
     dict(SPLIT, wy_split=2),
     dict(SPLIT, block_v=16, walk_stages=1),
+    dict(block_v=64, walk_stages=1),                  # the default's two walk shapes, forced
+    dict(block_v=32, walk_stages=2),
     dict(fast_dots=True),
 ]
 
@@ -113,7 +116,8 @@ def test_triton_bf16_variants(variant):
 @pytest.mark.parametrize("C", [16, 64, 128])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, l2norm):
-    """The split path at every chunk size: 1, 4 and 8 diagonal blocks in the inverse."""
+    """The split path at every chunk size: 1 and 4 diagonal blocks in the inverse; chunk 128 takes the
+    unsplit paths (the split ones were wrong on an H200 there)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 140, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=C + l2norm, device=DEVICE)
