@@ -19,7 +19,7 @@ import triton.testing
 from gdn import gated_delta_rule
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
-from gdn.ops.triton.configs import CONFIGS, SPLIT
+from gdn.ops.triton.configs import CONFIGS
 
 H, HV, K, V = 16, 32, 128, 128
 failures = []
@@ -104,19 +104,18 @@ def kernel_line(name, grid, kernel):
 
 def correctness() -> None:
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
-    for vname in ("default", "old", "split", "old blocks", "wy3 + old walk", "ss2 bv64 st1", "ss2 bv16",
-                  "old fast+bf16 wy"):
+    for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v2;bv64 st1;bv32 st2;bv16;wy3 + v2 walk").split(";"):
         check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
-    check("[split] bf16 B2 T300 chunk 128 (falls back to unsplit)", 2, 300, torch.bfloat16, chunk_size=128, **SPLIT)
-    check("[split] bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16, **SPLIT)
-    check("[split] bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7, **SPLIT)
-    check("bf16 B1 T32k decaying (segments)", 1, 32768, torch.bfloat16)
-    check("bf16 B1 T32k long memory (segments)", 1, 32768, torch.bfloat16, gates="long")
-    check("[split] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long", **SPLIT)
+    check("bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16)
+    check("bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7)
+    check("bf16 B1 T4099 forced 7 segments, wide blocks", 1, 4099, torch.bfloat16, num_segments=7,
+          **CONFIGS["bv64 st1"])
+    check("bf16 B1 T32k decaying", 1, 32768, torch.bfloat16)
+    check("bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long")
+    check("bf16 B8 T4k (wide blocks)", 8, 4096, torch.bfloat16)
     check("fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7)
     check("fp16 B2 T300", 2, 300, torch.float16)
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
-    check("[split] bf16 varlen 32k in 7 pieces", 1, 32768, torch.bfloat16, cu=cu16, **SPLIT)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
 
 
@@ -162,7 +161,7 @@ def timing() -> None:
 
 
 def profile() -> None:
-    for cname in ("default", "split"):
+    for cname in ("default",):
         print(f"\nper-kernel CUDA time, {cname} config, B1 x T32k")
         q, k, v, g, beta = random_problem(1, 32768, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
         fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,

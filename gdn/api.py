@@ -35,11 +35,11 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of N packed sequences (B must be 1); each
             sequence starts from its own initial state. Empty sequences are allowed.
         use_qk_l2norm: l2-normalise q and k over K first (Qwen3.5's ``use_qk_l2norm_in_kernel``).
-        chunk_size: tokens per chunk for "chunk", "scan" and "triton" (a power of two; 64 by default).
+        chunk_size: tokens per chunk (a power of two; 64 by default); "triton" takes 16, 32 or 64.
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
-            "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed and no
-            input is float64, else "chunk".
+            "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
+            input is float64 and chunk_size <= 64, else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 
@@ -68,7 +68,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
     N, bounds = check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
-    backend = resolve_backend(backend, q, k, v, g, beta, initial_state)
+    backend = resolve_backend(backend, q, k, v, g, beta, initial_state, chunk_size=chunk_size)
 
     if backend == "triton":
         from .ops.triton import triton_forward
@@ -107,14 +107,15 @@ def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
     return forward(q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm)
 
 
-def resolve_backend(backend: str, *tensors) -> str:
+def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
     """The concrete algorithm for ``backend`` on these tensors (see :func:`gated_delta_rule`)."""
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     float64 = any(t is not None and t.dtype == torch.float64 for t in tensors)
     on_cuda = tensors[0].is_cuda
     if backend == "auto":
         # The kernels compute in float32 at best: float64 inputs get the exact float64 chunk algorithm.
-        return "triton" if on_cuda and not needs_grad and not float64 and triton_available() else "chunk"
+        kernels_fit = on_cuda and not float64 and chunk_size in TRITON_CHUNK_SIZES
+        return "triton" if kernels_fit and not needs_grad and triton_available() else "chunk"
     if backend == "triton":
         if needs_grad:
             return "chunk"
@@ -127,6 +128,9 @@ def resolve_backend(backend: str, *tensors) -> str:
             raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 to run the kernels "
                              "on CPU tensors in Triton's interpreter)")
     return backend
+
+
+TRITON_CHUNK_SIZES = (16, 32, 64)      # 128 needs more shared memory than an H200 SM has (v3 notes)
 
 
 def triton_available() -> bool:

@@ -80,3 +80,12 @@ def test_auto_keeps_float64_exact():
     from gdn.api import resolve_backend
     q = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
     assert resolve_backend("auto", q) == "chunk"
+
+
+def test_auto_picks_chunk_for_chunk_sizes_the_kernels_lack(monkeypatch):
+    import gdn.api
+    from types import SimpleNamespace
+    cuda_like = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, requires_grad=False)   # no GPU needed
+    monkeypatch.setattr(gdn.api, "triton_available", lambda: True)
+    assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=64) == "triton"
+    assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=128) == "chunk"

@@ -257,7 +257,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=3,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, out=None):
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -282,11 +282,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     less exact); ``precision`` the fp32 products' Triton ``input_precision`` otherwise ("tf32",
     "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs, "tf32" for 16-bit ones); ``wy_dtype`` the
     dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
-    to 1. ``num_warps`` applies to every kernel, ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the
-    WY kernel's registers a thread (168: three programs an SM instead of two, for a few spills).
+    to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the
+    state walk and the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the
+    WY kernel's registers a thread (default 168 on the split WY pass: three programs an SM, not two).
     """
-    if chunk_size not in (16, 32, 64, 128):
-        raise ValueError(f"backend='triton' supports chunk_size 16, 32, 64 or 128, got {chunk_size}")
+    if chunk_size not in (16, 32, 64):
+        raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
+                         f"shared memory than an SM has; backend='chunk' takes any power of two)")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if K > 256 or V > 256:
@@ -309,15 +311,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     BK = max(16, triton.next_power_of_2(K))
     BT = chunk_size
     # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
-    # On an H200 the split paths gave wrong results at chunk size 128 and with 3 state parts, though
-    # both are right in the interpreter (benchmarks/NOTES.md, v3): 128 takes the unsplit paths.
+    # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
-    is_bf16 = q.dtype == torch.bfloat16 and BT <= 64
+    is_bf16 = q.dtype == torch.bfloat16
     wy_split = wy_split if is_bf16 else 0
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
+    if wy_maxnreg is None and wy_split > 0 and not triton_interpreting():
+        wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
         # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
@@ -367,6 +370,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         INVERSE=inverse, WY_SPLIT=wy_split, BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split,
         STORE_NORMS=state_split > 0, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
+    walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
+
     # 2. Segments (dense batches that cannot fill the GPU) and their affine maps.
     if cu_seqlens is not None:
         P = 1                      # packed sequences: parallel over sequences x heads already
@@ -388,12 +393,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         NMK = triton.cdiv(K, BV)
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
-            FAST_DOTS=fast_dots, SPLIT=state_split, **dict(common, num_stages=walk_stages))
+            FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)
 
     # 3. The state walk and the outputs.
     _chunk_fwd_kernel[(NV, N * HV, P)](
         q, k, g, beta, w, w2, w3, u, rq, rk, o, dummy if h0 is None else h0, dummy if ht is None else ht,
         maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P, BV=BV,
         IS_VARLEN=cu_seqlens is not None, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, **dict(common, num_stages=walk_stages))
+        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, **walk_launch)
     return o, ht

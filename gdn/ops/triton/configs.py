@@ -28,6 +28,7 @@ CONFIGS = {
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2),
     "wy substitution": dict(inverse="substitution"),
     "wy product": dict(inverse="product"),
-    "wy maxnreg 168": dict(wy_maxnreg=168),
-    "wy 8 warps": dict(num_warps=8),
+    "wy maxnreg 255": dict(wy_maxnreg=255),
+    "wy 8 warps": dict(num_warps=8, walk_warps=4),
+    "walk 8 warps": dict(walk_warps=8),
 }

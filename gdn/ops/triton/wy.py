@@ -172,7 +172,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr):
     """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
-    are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order),
+    are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order;
+    the queries', needed only here, are a plain sum of squares),
     and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns)."""
@@ -184,9 +185,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     m_qk = m_t[:, None] & (o_k < K)[None, :]
     if USE_L2NORM and STORE_NORMS:
         # The queries' norm factors for the state walk, stored at once (nothing of q stays live).
-        b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
-        b_qq = tl.dot(b_q, tl.trans(b_q))
-        b_rq = tl.rsqrt(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_qq, 0.0), axis=1) + 1e-6)
+        b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(tl.float32)
+        b_rq = tl.rsqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)
         tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_kk = tl.dot(b_k, tl.trans(b_k))

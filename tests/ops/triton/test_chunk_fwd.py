@@ -113,11 +113,10 @@ def test_triton_bf16_variants(variant):
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-5, name="S")
 
 
-@pytest.mark.parametrize("C", [16, 64, 128])
+@pytest.mark.parametrize("C", [16, 32, 64])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, l2norm):
-    """The split path at every chunk size: 1 and 4 diagonal blocks in the inverse; chunk 128 takes the
-    unsplit paths (the split ones were wrong on an H200 there)."""
+    """The split path at every chunk size: 1, 2 and 4 diagonal blocks in the inverse."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 140, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=C + l2norm, device=DEVICE)
@@ -170,5 +169,6 @@ def test_triton_falls_back_to_chunk_for_gradients():
 
 def test_triton_rejects_unsupported_chunk_size():
     q, k, v, g, beta, _ = random_inputs(1, 20, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
-    with pytest.raises(ValueError, match="chunk_size 16, 32, 64 or 128"):
-        gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=8)
+    for C in (8, 128):
+        with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
+            gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)
