@@ -61,6 +61,8 @@ def _config_provider(config: dict):
 
 def _providers(device: str, names, configs=()):
     ours = {}
+    if configs and not device.startswith("cuda"):
+        raise ValueError(f"--configs names Triton configurations: it needs a CUDA device, got {device}")
     if device.startswith("cuda"):
         from ..ops.triton.configs import CONFIGS
         ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="triton", **kw)

@@ -1,0 +1,45 @@
+"""`gdn bench` on the CPU: shapes parsing, the floor, and a tiny end-to-end run writing results.json."""
+import argparse
+import json
+
+import pytest
+import torch
+
+from gdn.cli.bench import floor_ms, parse_shapes, random_cu_seqlens, run_bench
+
+
+def test_parse_shapes():
+    assert parse_shapes("1x8192,8x4096,varlen32768/16") == [
+        ("1x8192", 1, 8192, None), ("8x4096", 8, 4096, None), ("varlen32768/16", 1, 32768, 16)]
+
+
+def test_random_cu_seqlens_are_valid_boundaries():
+    cu = random_cu_seqlens(1000, 7, "cpu", seed=3)
+    assert cu.dtype == torch.int32 and cu.numel() == 8
+    assert cu[0] == 0 and cu[-1] == 1000 and bool((cu[1:] > cu[:-1]).all())
+
+
+def test_floor_is_the_larger_of_bytes_and_flops():
+    # B1 x T32k, H=16, HV=32, K=V=128, bf16: bytes 0.19 ms, FLOPs 0.28 ms (GUIDE.md section 2).
+    assert floor_ms(1, 32768, 16, 32, 128, 128, 2) == pytest.approx(0.278, rel=0.02)
+    assert floor_ms(1, 32768, 16, 32, 128, 128, 2) > floor_ms(1, 16384, 16, 32, 128, 128, 2)
+
+
+def _args(tmp_path, **kw):
+    base = dict(device="cpu", shapes="1x64,varlen96/3", H=2, HV=None, K=16, V=16, gates="decaying",
+                providers="gdn,gdn-scan", backward=False, out=str(tmp_path), configs=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_bench_cpu_end_to_end(tmp_path, capsys):
+    run_bench(_args(tmp_path))
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["shape"] for r in rows] == ["1x64", "varlen96/3"]
+    for r in rows:
+        assert set(r["ms"]) == {"gdn", "gdn-scan"} and all(t > 0 for t in r["ms"].values())
+    assert "| 1x64 | decaying | fwd |" in capsys.readouterr().out
+
+
+def test_bench_configs_need_cuda(tmp_path):
+    with pytest.raises(ValueError, match="--configs"):
+        run_bench(_args(tmp_path, configs="default"))
