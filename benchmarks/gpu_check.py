@@ -104,7 +104,7 @@ def kernel_line(name, grid, kernel):
 
 def correctness() -> None:
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
-    for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v2;bv64 st1;bv32 st2;bv16;wy3 + v2 walk").split(";"):
+    for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v2;bv64 st1;bv32 st2;bv16;wy3 + v2 walk;lean;lean bv64 st1").split(";"):
         check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
     check("bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16)
     check("bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7)
@@ -117,6 +117,9 @@ def correctness() -> None:
     check("fp16 B2 T300", 2, 300, torch.float16)
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
+    check("[lean] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long", **CONFIGS["lean"])
+    check("[lean] bf16 varlen 32k in 7 pieces", 1, 32768, torch.bfloat16, cu=cu16, **CONFIGS["lean"])
+    check("[lean] bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7, **CONFIGS["lean"])
 
 
 SHAPES = [(1, 32768), (8, 4096)]

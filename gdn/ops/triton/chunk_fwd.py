@@ -31,6 +31,7 @@ import triton.language as tl
 
 from ..common import triton_interpreting
 from .addressing import row_tile, rows_block
+from .lean import lean_step
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 from .wy import chunk_decay, load_chunk, wy_kernel
 
@@ -142,18 +143,20 @@ def _segment_maps_kernel(
 
 @triton.jit
 def _chunk_fwd_kernel(
-    q, k, g, beta, w, w2, w3, u, rq, rk, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens, scale, T, L, P,
+    q, k, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens,
+    scale, T, L, P,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
-    HAS_MAPS: tl.constexpr = True,
+    HAS_MAPS: tl.constexpr = True, LEAN: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
-    dtype with FAST_DOTS."""
+    dtype with FAST_DOTS. LEAN (with SPLIT = 2): the lean walk of gdn.ops.triton.lean, reading q' and
+    o_loc from the WY pass instead of q."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -194,13 +197,18 @@ def _chunk_fwd_kernel(
 
     for c in range(c0, c1):
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
+            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not LEAN,
             rq, rk, SPLIT > 0)
         b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
         b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
                       padding_option="zero")
         b_G_last = tl.sum(b_g, axis=0)
-        if SPLIT > 0:
+        if LEAN:
+            b_qp, b_qp2, _ = _load_w(qp, qp2, qp2, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, 2, DOT_DTYPE)
+            b_ol = tl.load(rows_block(oloc, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV),
+                           boundary_check=(0, 1), padding_option="zero")
+            b_S, b_o = lean_step(b_S, b_k, b_w, b_w2, b_qp, b_qp2, b_u, b_ol, b_rk, b_g, DOT_DTYPE)
+        elif SPLIT > 0:
             b_G = tl.cumsum(b_g, axis=0)
             # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
@@ -257,7 +265,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=3,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, out=None):
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, walk="fused", out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -283,8 +291,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs, "tf32" for 16-bit ones); ``wy_dtype`` the
     dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
     to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the
-    state walk and the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the
-    WY kernel's registers a thread (default 168 on the split WY pass: three programs an SM, not two).
+    state walk and the segment maps instead), ``num_stages`` to the WY pass; ``walk="lean"`` (split
+    paths only; not yet measured on a GPU) moves the intra-chunk attention into the WY pass
+    (gdn.ops.triton.lean); ``wy_maxnreg`` caps the
+    WY kernel's registers a thread (default 168 on the split WY pass with the fused walk: three programs
+    an SM, not two).
     """
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
@@ -319,7 +330,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
-    if wy_maxnreg is None and wy_split > 0 and not triton_interpreting():
+    if wy_maxnreg is None and wy_split > 0 and walk != "lean" and not triton_interpreting():
         wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
@@ -356,6 +367,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
         w2 = w3 = rq = rk = dummy
     u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
+    if walk not in ("fused", "lean"):
+        raise ValueError(f"walk must be 'fused' or 'lean', got {walk!r}")
+    lean = walk == "lean" and state_split > 0
+    qp = qp2 = oloc = dummy
+    if lean:
+        qp_parts = torch.empty(2, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
+        qp, qp2 = qp_parts[0], qp_parts[1]
+        oloc = torch.empty(B, T, HV, V, dtype=torch.float32, device=q.device)
     if cu_seqlens is None:
         slots, chunk_offsets, log_n = N * NT, dummy, 0
     else:
@@ -364,11 +383,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
         slots, log_n = NT + N, max(1, N.bit_length())       # an upper bound: no host sync
     wy_kernel[(slots, HV)](
-        q, k, v, g, beta, w, w2, w3, u, rq, rk, chunk_offsets, dummy if cu_seqlens is None else cu_seqlens,
-        T, NT, N, slots, BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK,
+        q, k, v, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, scale, chunk_offsets,
+        dummy if cu_seqlens is None else cu_seqlens, T, NT, N, slots, BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK,
         LOG_BLOCKS=(BT // BLOCK).bit_length() - 1, LOG_N=log_n, IS_VARLEN=cu_seqlens is not None,
         INVERSE=inverse, WY_SPLIT=wy_split, BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split,
-        STORE_NORMS=state_split > 0, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+        STORE_NORMS=state_split > 0, LEAN=lean, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
 
@@ -397,8 +416,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     # 3. The state walk and the outputs.
     _chunk_fwd_kernel[(NV, N * HV, P)](
-        q, k, g, beta, w, w2, w3, u, rq, rk, o, dummy if h0 is None else h0, dummy if ht is None else ht,
+        q, k, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, o, dummy if h0 is None else h0,
+        dummy if ht is None else ht,
         maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P, BV=BV,
         IS_VARLEN=cu_seqlens is not None, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, **walk_launch)
+        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, LEAN=lean, **walk_launch)
     return o, ht

@@ -31,4 +31,9 @@ CONFIGS = {
     "wy maxnreg 255": dict(wy_maxnreg=255),
     "wy 8 warps": dict(num_warps=8, walk_warps=4),
     "walk 8 warps": dict(walk_warps=8),
+    "lean": dict(walk="lean"),                        # v4 candidate: attention in the WY pass
+    "lean bv64 st1": dict(walk="lean", block_v=64, walk_stages=1),
+    "lean bv32 st1": dict(walk="lean", block_v=32, walk_stages=1),
+    "lean bv64 st2": dict(walk="lean", block_v=64, walk_stages=2),
+    "lean wy168": dict(walk="lean", wy_maxnreg=168),   # spills 1.2 KB a thread (compile report)
 }

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .addressing import row_tile, row_vec, rows_block
+from .lean import output_factors
 from .split_dot import split_dot, store_parts
 
 
@@ -165,24 +166,27 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
-def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, tok0, t0, T_seq, i_h, i_hv,
+def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out,
+                     scale, tok0, t0, T_seq, i_h, i_hv,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
-                     STORE_NORMS: tl.constexpr):
+                     STORE_NORMS: tl.constexpr, LEAN: tl.constexpr):
     """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
     are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order;
     the queries', needed only here, are a plain sum of squares),
     and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
-    across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns)."""
+    across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
+    LEAN: also q' and o_loc for the lean walk (gdn.ops.triton.lean.output_factors)."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
     o_i = o_t
     o_k = tl.arange(0, BK)
     m_qk = m_t[:, None] & (o_k < K)[None, :]
+    b_rq = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM and STORE_NORMS:
         # The queries' norm factors for the state walk, stored at once (nothing of q stays live).
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(tl.float32)
@@ -218,6 +222,9 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_w = split_dot(b_Tw, b_kc, None, NSPLIT, True, False, DOT_DTYPE)
         o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + c0 + o_c[None, :])
         store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & m_c[None, :], W_PARTS)
+    if LEAN:           # last, when only T, k and the row vectors are live
+        output_factors(q, k, v, qp_out, qp2_out, oloc_out, b_k, b_T, b_G, b_beta, b_rq, b_rk, scale, row0,
+                       i_h, i_hv, o_t, m_t, H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE)
 
 
 @triton.jit
@@ -249,12 +256,14 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.cons
 
 @triton.jit
 def wy_kernel(
-    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS,
+    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out, scale,
+    chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
+    LEAN: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype) for one chunk of one value head.
     Grid: (chunk slots, HV).
@@ -262,16 +271,18 @@ def wy_kernel(
     WY_SPLIT = 0: fp32 tiles and tf32x3 products (any input dtype); 2 or 3 (bf16 inputs only):
     wy_split_factors. W_PARTS = 0: w in w_out's dtype; 2 or 3: as that many bf16 parts at w_out,
     w2_out (, w3_out) for the split products of the state walk. STORE_NORMS: also store the l2-norm
-    factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles."""
+    factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles.
+    LEAN (split path only): also q' (bf16 parts at qp_out, qp2_out) and o_loc (oloc_out) for the lean
+    walk; scale is the output scale they include."""
     i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN, LOG_N)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
-        wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, tok0, i_c * BT, T_seq,
-                         i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS, USE_L2NORM, INVERSE, DOT_DTYPE,
-                         WY_SPLIT, W_PARTS, STORE_NORMS)
+        wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out,
+                         scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
+                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, LEAN)
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

@@ -89,6 +89,8 @@ BF16_VARIANTS = [
     dict(SPLIT, block_v=16, walk_stages=1),
     dict(block_v=64, walk_stages=1),                  # the default's two walk shapes, forced
     dict(block_v=32, walk_stages=2),
+    dict(walk="lean"),                                # attention in the WY pass (gdn.ops.triton.lean)
+    dict(walk="lean", block_v=64, walk_stages=1),
     dict(fast_dots=True),
 ]
 
@@ -127,7 +129,8 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
-def test_triton_bf16_varlen_with_empty_sequences():
+@pytest.mark.parametrize("walk", ["fused", "lean"])
+def test_triton_bf16_varlen_with_empty_sequences(walk):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
     next sequence (block pointers bounded by the sequence length)."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
@@ -136,7 +139,7 @@ def test_triton_bf16_varlen_with_empty_sequences():
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, **SPLIT)
+                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, walk=walk, **SPLIT)
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
@@ -169,6 +172,9 @@ def test_triton_falls_back_to_chunk_for_gradients():
 
 def test_triton_rejects_unsupported_chunk_size():
     q, k, v, g, beta, _ = random_inputs(1, 20, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
+    from gdn.ops.triton import triton_forward
+    with pytest.raises(ValueError, match="walk must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, walk="fast")
     for C in (8, 128):
         with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
             gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)
