@@ -3,7 +3,7 @@
 B=1, H=HV=16, K=V=128, float32, no grad, l2norm, torch threads = 2 by default. The providers take
 turns inside every repeat (this VM's speed drifts between runs), median of the repeats.
 
-    python benchmarks/bench_op_cpu.py [--lengths 512,2048,8192] [--repeats 5] [--threads 2]
+    python benchmarks/bench_op_cpu.py [--lengths 512,2048,8192] [--repeats 5] [--threads 2] [--chunk-size 64]
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="512,2048,8192")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk and scan backends")
     parser.add_argument("--recurrent-max-T", type=int, default=2048, help="skip the token loop beyond this T")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -31,7 +32,8 @@ def main() -> None:
     hf = available_peers("cpu").get("hf")          # transformers' own torch code, when installed
     H, K = 16, 128
     print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; B=1, H=HV={H}, K=V={K}, float32, no grad, l2norm; "
+          f"{torch.get_num_threads()} threads; B=1, H=HV={H}, K=V={K}, float32, no grad, l2norm, "
+          f"chunk_size={args.chunk_size}; "
           f"median of {args.repeats}, providers interleaved")
     print("\n| T | recurrent ms | chunk ms | scan ms | transformers ms | transformers / chunk | scan / chunk |")
     print("|---|---|---|---|---|---|---|")
@@ -40,7 +42,8 @@ def main() -> None:
         q, k, v = (torch.randn(1, T, H, K, generator=gen) for _ in range(3))
         g = torch.nn.functional.logsigmoid(torch.randn(1, T, H, generator=gen) + 4)
         beta = torch.rand(1, T, H, generator=gen)
-        fns = {name: (lambda name=name: gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, backend=name))
+        fns = {name: (lambda name=name: gdn.gated_delta_rule(q, k, v, g, beta, use_qk_l2norm=True, backend=name,
+                                                                  chunk_size=args.chunk_size))
                for name in ("recurrent", "chunk", "scan") if name != "recurrent" or T <= args.recurrent_max_T}
         if hf is not None:
             fns["transformers"] = lambda: hf(q, k, v, g, beta, use_qk_l2norm=True)

@@ -7,6 +7,8 @@ Triton kernels for NVIDIA GPUs (gdn.ops.triton). FLA-compatible names: chunk_gat
 fused_recurrent_gated_delta_rule.
 """
 from .api import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule, gated_delta_rule
+from .ops.common import release_workspace
 
 __version__ = "0.1.0"
-__all__ = ["gated_delta_rule", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "__version__"]
+__all__ = ["gated_delta_rule", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule", "release_workspace",
+           "__version__"]

@@ -39,7 +39,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
-            input is float64 and chunk_size <= 64, else "chunk".
+            input is float64 and chunk_size is 16, 32 or 64, else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 

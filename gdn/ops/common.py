@@ -11,6 +11,7 @@ being repeated:
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 
@@ -63,3 +64,82 @@ def grouped_initial_state(initial_state, B: int, H: int, HV: int, K: int, V: int
 def triton_interpreting() -> bool:
     """Whether TRITON_INTERPRET asks for Triton's CPU interpreter (kernels then accept CPU tensors)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class Workspace:
+    """Scratch buffers reused from call to call, one growing flat buffer per name, dtype and device.
+
+    On a CPU the first touch of fresh pages costs about as much as the arithmetic (glibc hands large
+    blocks back to the OS, so every call would fault its intermediates in again); writing them into
+    buffers kept here faults each page once per process. A buffer is handed out as a view of its
+    first prod(shape) elements, so a call may only hold one view per name at a time, and nothing
+    handed out may reach the caller (results are copied out). Memory held: the largest of each name.
+    """
+
+    def __init__(self, max_bytes: int | None = None):
+        self._buffers: dict = {}
+        self.max_bytes = workspace_limit() if max_bytes is None else max_bytes
+
+    def held_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self._buffers.values())
+
+    def get(self, name: str, shape, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised ``shape`` tensor with ``like``'s dtype and device, reused by the next call
+        unless keeping it would hold more than ``max_bytes`` in all (then it is a fresh tensor)."""
+        key = (name, like.dtype, like.device)
+        numel = 1
+        for n in shape:
+            numel *= n
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            with torch.inference_mode(False):        # a normal tensor: usable in and out of inference mode
+                buf = torch.empty(numel, dtype=like.dtype, device=like.device)
+            old = self._buffers.pop(key, None)
+            if self.held_bytes() + numel * buf.element_size() <= self.max_bytes:
+                self._buffers[key] = buf
+            elif old is not None:
+                self._buffers[key] = old                 # keep the smaller one for smaller calls
+        return buf[:numel].view(shape)
+
+
+_thread_local = threading.local()
+
+
+def workspace_limit() -> int:
+    """Bytes a thread's CPU workspace may hold: GDN_CPU_WORKSPACE_MB (default 4096: the scan needs
+    ~2 GB at T = 8192 with 16 heads of 128; the chunk algorithm ~60 MB at any length)."""
+    return int(float(os.environ.get("GDN_CPU_WORKSPACE_MB", "4096")) * 2 ** 20)
+
+
+def workspace(*tensors) -> Workspace | None:
+    """The workspace for one call on ``tensors``: None when autograd records through them (their
+    intermediates must then be fresh tensors that autograd can keep); on a CPU the calling thread's
+    :class:`Workspace`, kept across calls; elsewhere a new one for this call only (the CUDA caching
+    allocator already recycles memory between calls, and device memory is not to be held)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return None
+    if tensors[0].device.type != "cpu":
+        return Workspace()
+    if not hasattr(_thread_local, "workspace"):
+        _thread_local.workspace = Workspace()
+    return _thread_local.workspace
+
+
+def release_workspace() -> None:
+    """Free the calling thread's CPU workspace (at most GDN_CPU_WORKSPACE_MB, default 4 GiB; the scan
+    keeps ~2 GB after a T = 8192, 16-head call); the next call allocates, and faults in, its buffers
+    again."""
+    _thread_local.__dict__.pop("workspace", None)
+
+
+def scratch(ws: Workspace | None, like: torch.Tensor):
+    """``buf(name, *shape)``: ``ws``'s reused buffer of that shape (``like``'s dtype and device), or
+    None without a workspace (autograd: out= arguments must then be None, giving fresh tensors)."""
+    if ws is None:
+        return lambda name, *shape: None
+    return lambda name, *shape: ws.get(name, shape, like)
+
+
+def buffer_or_empty(buffer, shape, like: torch.Tensor) -> torch.Tensor:
+    """``buffer`` when a workspace gave one, else a new uninitialised ``shape`` tensor like ``like``."""
+    return buffer if buffer is not None else torch.empty(shape, dtype=like.dtype, device=like.device)

@@ -20,9 +20,10 @@ def _grads(backend, inputs, cu_seqlens=None):
 
 
 @pytest.mark.parametrize("varlen", [False, True])
-def test_gradients_agree_across_backends(varlen):
+@pytest.mark.parametrize("ratio", [1, 2])
+def test_gradients_agree_across_backends(varlen, ratio):
     cu = torch.tensor([0, 20, 21, 57]) if varlen else None
-    inputs = random_inputs(1, 57, 2, 4, 16, 12, initial_state=True, N=3 if varlen else 1, seed=2)
+    inputs = random_inputs(1, 57, 2, 2 * ratio, 16, 12, initial_state=True, N=3 if varlen else 1, seed=2)
     ref = _grads("recurrent", inputs, cu)
     for backend in ("chunk", "scan"):
         for name, a, b in zip("q k v g beta S0".split(), _grads(backend, inputs, cu), ref):

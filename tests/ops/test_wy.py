@@ -41,10 +41,15 @@ def test_seed_writes_solve_the_triangular_system():
     assert torch.allclose(U, torch.tensor(SEED_U, dtype=torch.float64), atol=1e-12)
 
 
-def test_unit_lower_inverse():
-    A = torch.randn(5, 64, 64, dtype=torch.float64).tril(-1) * 0.3
-    expected = torch.linalg.inv(torch.eye(64, dtype=torch.float64) + A)
+@pytest.mark.parametrize("n", [1, 2, 16, 64])
+def test_unit_lower_inverse(n):
+    A = torch.randn(5, n, n, dtype=torch.float64) * 0.3
+    expected = torch.linalg.inv(torch.eye(n, dtype=torch.float64) + A.tril(-1))
+    # Only the strict lower triangle is read: the diagonal and upper triangle of A are noise here.
     assert_close(unit_lower_inverse(A), expected, name="(I + A)^-1")
+    out = torch.empty_like(A)
+    unit_lower_inverse(A, out=out)
+    assert_close(out, expected, name="(I + A)^-1 into out")
 
 
 def test_affine_map_reproduces_chunk_end_state():
