@@ -27,7 +27,8 @@ def main(argv=None) -> int:
     verify.add_argument("--V", type=int, default=64)
     verify.add_argument("--chunk-size", type=int, default=64)
     verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
-    verify.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
+    verify.add_argument("--l2norm", action="store_true",
+                        help="use_qk_l2norm=True (raw randn keys); without it the keys are drawn with unit norm")
     verify.add_argument("--seed", type=int, default=0)
 
     bench = sub.add_parser("bench", help="time gdn and every importable peer on the same inputs")

@@ -25,6 +25,10 @@ def run_verify(args) -> int:
         B = 1 if args.varlen else args.B
         q = torch.randn(B, T, args.H, args.K, generator=gen, dtype=torch.float64)
         k = torch.randn(B, T, args.H, args.K, generator=gen, dtype=torch.float64)
+        if not args.l2norm:
+            # Unit keys, as a model's are: with raw randn keys (|k|^2 ~ K, beta |k|^2 > 2) the
+            # recurrence itself diverges and the states reach 1e20 and more.
+            k = torch.nn.functional.normalize(k, dim=-1)
         v = torch.randn(B, T, args.HV, args.V, generator=gen, dtype=torch.float64)
         g = torch.nn.functional.logsigmoid(torch.randn(B, T, args.HV, generator=gen, dtype=torch.float64) + 3)
         beta = torch.rand(B, T, args.HV, generator=gen, dtype=torch.float64)
