@@ -35,5 +35,7 @@ CONFIGS = {
     "lean bv64 st1": dict(walk="lean", block_v=64, walk_stages=1),
     "lean bv32 st1": dict(walk="lean", block_v=32, walk_stages=1),
     "lean bv64 st2": dict(walk="lean", block_v=64, walk_stages=2),
+    "lean bv16 st1": dict(walk="lean", block_v=16, walk_stages=1),   # 256 programs at B1 x T32k
+    "lean bv16 st2": dict(walk="lean", block_v=16, walk_stages=2),
     "lean wy168": dict(walk="lean", wy_maxnreg=168),   # spills 1.2 KB a thread (compile report)
 }

@@ -91,6 +91,7 @@ BF16_VARIANTS = [
     dict(block_v=32, walk_stages=2),
     dict(walk="lean"),                                # attention in the WY pass (gdn.ops.triton.lean)
     dict(walk="lean", block_v=64, walk_stages=1),
+    dict(walk="lean", block_v=16, walk_stages=1),
     dict(fast_dots=True),
 ]
 
