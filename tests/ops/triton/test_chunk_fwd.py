@@ -99,8 +99,8 @@ BF16_VARIANTS = [
 @pytest.mark.parametrize("variant", range(len(BF16_VARIANTS)))
 def test_triton_bf16_variants(variant):
     """The fp32 final state pins the products: Triton's interpreter multiplies in fp32 (no tf32), so
-    what remains is each path's own rounding: 16 bits of the state in 2 bf16 parts (state_split=2, and
-    w and u with wy_split=2), fp32 otherwise. o is rounded to bf16. Three segments: the maps and
+    what remains is each path's own rounding: 16 bits of the state in 2 bf16 parts (state_split=2, the
+    default, and w and u with wy_split=2), fp32 otherwise. o is rounded to bf16. Three segments: the maps and
     their fold run on the same path."""
     from gdn.ops.triton import triton_forward
     kw = BF16_VARIANTS[variant]
@@ -110,7 +110,7 @@ def test_triton_bf16_variants(variant):
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=True, chunk_size=32, num_segments=3, out=o, **kw)
-    sixteen_bits = kw.get("state_split", 0) == 2 and not kw.get("fast_dots") or kw.get("wy_split") == 2
+    sixteen_bits = kw.get("state_split", 2) == 2 and not kw.get("fast_dots") or kw.get("wy_split") == 2
     assert_close(o, o_ref, rtol=1e-2, name="o")
     if not kw.get("fast_dots"):
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-5, name="S")
