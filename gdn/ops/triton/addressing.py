@@ -6,11 +6,18 @@ import triton.language as tl
 
 
 @triton.jit
-def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
-    """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor: one int64
+def row_offsets(row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
+    """Offsets of tokens row0 + o_t, head i_head, columns o_d in a [tokens, NH, D] tensor: one int64
     scalar offset for the chunk (token offsets pass 2^31 elements at a million tokens) plus int32
-    offsets inside it, instead of 64-bit arithmetic on every element."""
-    return base + (row0 * NH + i_head) * D + (o_t[:, None] * (NH * D) + o_d[None, :])
+    offsets inside it, instead of 64-bit arithmetic on every element. Shared by tensors of one
+    layout (the bf16 parts of one operand)."""
+    return (row0 * NH + i_head) * D + (o_t[:, None] * (NH * D) + o_d[None, :])
+
+
+@triton.jit
+def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
+    """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor (row_offsets)."""
+    return base + row_offsets(row0, i_head, NH, D, o_t, o_d)
 
 
 @triton.jit

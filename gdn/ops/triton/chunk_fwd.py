@@ -33,7 +33,8 @@ from ..common import triton_interpreting
 from .addressing import row_tile, rows_block
 from .lean import lean_step
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
-from .wy import chunk_decay, load_chunk, wy_kernel
+from .decay import chunk_decay
+from .wy import load_chunk, wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 

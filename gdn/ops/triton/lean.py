@@ -14,7 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import row_tile
+from .addressing import row_offsets, row_tile
+from .decay import decay_matrix
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 
 
@@ -31,8 +32,7 @@ def output_factors(q, k, v, qp_out, qp2_out, oloc_out, b_k, b_T, b_G, b_beta, b_
     o_k = tl.arange(0, BK)
     b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
                   other=0.0).to(DOT_DTYPE)
-    causal = o_t[:, None] >= o_t[None, :]
-    b_D = tl.exp(tl.where(causal, b_G[:, None] - b_G[None, :], float("-inf")))   # recomputed: fewer live tiles
+    b_D = decay_matrix(b_G, BT)                  # recomputed, not passed in: one tile fewer live
     b_attn = tl.dot(b_q, tl.trans(b_k)) * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
     b_M = split_dot(b_attn, b_T, None, 2, True, True, DOT_DTYPE)
     o_c = tl.arange(0, BC)
@@ -49,7 +49,7 @@ def output_factors(q, k, v, qp_out, qp2_out, oloc_out, b_k, b_T, b_G, b_beta, b_
         b_kc = tl.load(row_tile(k, row0, i_h, H, K, o_t, c0 + o_c), mask=m_tc, other=0.0).to(DOT_DTYPE)
         b_qc = tl.load(row_tile(q, row0, i_h, H, K, o_t, c0 + o_c), mask=m_tc, other=0.0).to(tl.float32)
         b_qp = split_dot(b_Mw, b_kc, b_qc * b_qs[:, None], 2, True, False, DOT_DTYPE)
-        o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + c0 + o_c[None, :])
+        o_w = row_offsets(row0, i_hv, HV, K, o_t, c0 + o_c)
         store_parts(qp_out + o_w, qp2_out + o_w, qp2_out + o_w, b_qp, m_tc, 2)
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import row_tile, row_vec, rows_block
+from .addressing import row_offsets, row_tile, row_vec, rows_block
+from .decay import chunk_decay
 from .lean import output_factors
 from .split_dot import split_dot, store_parts
 
@@ -56,16 +57,6 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
     b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
     return b_q.to(DOT_DTYPE), b_k.to(DOT_DTYPE), b_rq, b_rk, b_g, b_beta, row0, o_t, m_t
-
-
-@triton.jit
-def chunk_decay(b_g, BT: tl.constexpr):
-    """In-chunk cumulative log-decay G [BT] and the causal decay matrix D [BT, BT] (diagonal included)."""
-    b_G = tl.cumsum(b_g, axis=0)
-    o_i = tl.arange(0, BT)
-    causal = o_i[:, None] >= o_i[None, :]
-    b_D = tl.exp(tl.where(causal, b_G[:, None] - b_G[None, :], float("-inf")))
-    return b_G, b_D
 
 
 @triton.jit
@@ -220,7 +211,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_kc = tl.load(row_tile(k, row0, i_h, H, K, o_t, c0 + o_c), mask=m_t[:, None] & m_c[None, :],
                        other=0.0).to(DOT_DTYPE)
         b_w = split_dot(b_Tw, b_kc, None, NSPLIT, True, False, DOT_DTYPE)
-        o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + c0 + o_c[None, :])
+        o_w = row_offsets(row0, i_hv, HV, K, o_t, c0 + o_c)
         store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & m_c[None, :], W_PARTS)
     if LEAN:           # last, when only T, k and the row vectors are live
         output_factors(q, k, v, qp_out, qp2_out, oloc_out, b_k, b_T, b_G, b_beta, b_rq, b_rk, scale, row0,
@@ -298,7 +289,7 @@ def wy_kernel(
     b_v = tl.load(row_tile(v, row0, i_hv, HV, V, o_t, o_v), mask=m_t[:, None] & m_v[None, :], other=0.0)
     b_u = tl.dot(b_T * b_beta[None, :], b_v.to(tl.float32), input_precision="tf32x3")
     b_w = tl.dot(b_T * (b_beta * b_rk * tl.exp(b_G))[None, :], b_k.to(tl.float32), input_precision="tf32x3")
-    o_w = (row0 * HV + i_hv) * K + (o_t[:, None] * (HV * K) + o_k[None, :])
+    o_w = row_offsets(row0, i_hv, HV, K, o_t, o_k)
     p_u = row_tile(u_out, row0, i_hv, HV, V, o_t, o_v)
     store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & (o_k < K)[None, :], W_PARTS)
     tl.store(p_u, b_u.to(u_out.dtype.element_ty), mask=m_t[:, None] & m_v[None, :])
