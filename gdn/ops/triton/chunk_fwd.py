@@ -1,23 +1,29 @@
-"""Triton forward of Gated DeltaNet: a parallel WY pass, then a lean state walk that writes the outputs.
+"""Triton forward of Gated DeltaNet: a parallel WY pass, then a state walk that writes the outputs.
 
 Kernels:
 
 * ``wy_kernel`` (gdn.ops.triton.wy): every chunk of every sequence and head at once: the WY factors
-  w [tokens, HV, K] and u [tokens, HV, V] (they do not depend on the state).
+  w [tokens, HV, K] and u [tokens, HV, V] (they do not depend on the state); on the bf16 path by
+  default also each chunk's output attention P = (q k^T . D), scaled, and the cumulative decays G.
 * ``_segment_maps_kernel``: only when sequences x heads cannot fill the GPU. Each sequence is cut into
   segments and every segment but the last is summarised as its affine map S -> A S + B (seed 000):
   the same recurrence as the state walk, [A | B] starting at [I | 0], the A columns driven by zero
   values. No truncation, whatever the gates.
 * ``_chunk_fwd_kernel``: grid (V blocks, sequences x value heads, segments). One program walks the
   chunks of one segment with a K x BV block of the state in registers: U = u - w S, outputs
-  O = (q e^G) S + (q k^T . D) U, then S <- e^{G_C} S + (k e^{G_C - G})^T U. Segment p first folds
-  the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
+  O = (q e^G) S + P U, then S <- e^{G_C} S + (k e^{G_C - G})^T U. Segment p first folds the maps of
+  segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
 
-With bf16 inputs all three run split products (gdn.ops.triton.wy.split_dot: bf16 matrix units, the
+When the walk takes at most one program per SM (one sequence, or a few), it is latency-bound and
+leaves room on every SM: the launcher then cuts the chunks into pieces and runs the WY pass of piece
+i + 1 on the caller's stream beside the walk of piece i on a side stream (``pieces``), the state
+carried between the walk's launches in the final-state buffer. Events order them; nothing spins.
+
+With bf16 inputs all three run split products (gdn.ops.triton.split_dot: bf16 matrix units, the
 computed fp32 operands cut into bf16 parts): the WY pass then also stores w as bf16 parts and the
 l2-norm factors of q and k, so the walk loads nothing it must convert, and its loads are pipelined
 straight into shared memory (``walk_stages``). compile_report.py (benchmarks/) shows what each
-variant costs in registers, spills and shared memory.
+variant costs in registers, spills and shared memory; benchmarks/NOTES.md what each one measured.
 
 The l2 normalisation of q and k is a per-row scaling applied to fp32 products, never a rounding of the
 bf16 tiles. Naming: ``p_`` pointers, ``b_`` register blocks, ``o_`` offsets, ``m_`` masks, ``i_``
@@ -25,13 +31,14 @@ program ids. Token offsets are int64: tokens x heads x dim passes 2^31 at a mill
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
 
 from ..common import triton_interpreting
-from .addressing import row_tile, rows_block
-from .lean import lean_step
+from .addressing import row_tile, row_vec, rows_block
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 from .decay import chunk_decay
 from .wy import load_chunk, wy_kernel
@@ -144,20 +151,20 @@ def _segment_maps_kernel(
 
 @triton.jit
 def _chunk_fwd_kernel(
-    q, k, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens,
-    scale, T, L, P,
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens,
+    scale, T, L, P, C_BEGIN, C_END,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
-    HAS_MAPS: tl.constexpr = True, LEAN: tl.constexpr = False,
+    HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
-    dtype with FAST_DOTS. LEAN (with SPLIT = 2): the lean walk of gdn.ops.triton.lean, reading q' and
-    o_loc from the WY pass instead of q."""
+    dtype with FAST_DOTS. ATTN_IN (split path): the output attention P (two bf16 parts at attn, attn2;
+    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -168,8 +175,8 @@ def _chunk_fwd_kernel(
         tok0 = i_n.to(tl.int64) * T
         T_seq = T
     NT = tl.cdiv(T_seq, BT)
-    c0 = i_p * L
-    c1 = tl.minimum(c0 + L, NT)
+    c0 = C_BEGIN + i_p * L                        # C_BEGIN, C_END: this launch's chunks (pieces)
+    c1 = tl.minimum(tl.minimum(c0 + L, NT), C_END)
 
     o_k = tl.arange(0, BK)
     m_k = o_k < K
@@ -198,34 +205,44 @@ def _chunk_fwd_kernel(
 
     for c in range(c0, c1):
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not LEAN,
+            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
             rq, rk, SPLIT > 0)
         b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
         b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
                       padding_option="zero")
-        b_G_last = tl.sum(b_g, axis=0)
-        if LEAN:
-            b_qp, b_qp2, _ = _load_w(qp, qp2, qp2, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, 2, DOT_DTYPE)
-            b_ol = tl.load(rows_block(oloc, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV),
-                           boundary_check=(0, 1), padding_option="zero")
-            b_S, b_o = lean_step(b_S, b_k, b_w, b_w2, b_qp, b_qp2, b_u, b_ol, b_rk, b_g, DOT_DTYPE)
-        elif SPLIT > 0:
-            b_G = tl.cumsum(b_g, axis=0)
+        if SPLIT > 0:
+            if ATTN_IN:
+                # G as the WY pass stored it (no scan here); rows past the end take G_last (identity rows).
+                b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
+                b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
+            else:
+                b_G_last = tl.sum(b_g, axis=0)
+                b_G = tl.cumsum(b_g, axis=0)
             # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
             b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-tl.exp(b_G))[:, None]
-            # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
-            # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
-            o_i = tl.arange(0, BT)
-            b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
-            b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
-            b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
-            b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
+            if ATTN_IN:
+                # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
+                b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-b_rq * scale * tl.exp(b_G))[:, None]
+                b_P, b_P2, _ = _load_parts(rows_block(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
+                                           rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
+                                           rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
+                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+                b_o = dot_parts(b_P, b_P2, b_P2, SPLIT, b_u1, b_u2, b_u3, SPLIT, b_o)
+            else:
+                b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-tl.exp(b_G))[:, None]
+                # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
+                # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
+                o_i = tl.arange(0, BT)
+                b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
+                b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
+                b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
+                b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
             # k^T (c U), the decay and norm factors c on U's rows: k stays an exact bf16 operand.
             b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
             b_S = split_dot(tl.trans(b_k), b_Uc, b_S * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
         else:
+            b_G_last = tl.sum(b_g, axis=0)
             b_G, b_D = chunk_decay(b_g, BT)
             b_attn = _dot_inputs(b_q, tl.trans(b_k), PRECISION) * (b_rq[:, None] * b_rk[None, :] * b_D)
             b_U = b_u.to(tl.float32) - _mm(b_w, b_S, FAST_DOTS, PRECISION, DOT_DTYPE)       # the real writes
@@ -262,11 +279,43 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
+def choose_pieces(programs: int, num_chunks: int, num_sms: int, max_pieces: int = 8, min_chunks: int = 16) -> int:
+    """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
+    walk of the previous one: only when the walk takes at most one program per SM (it is then
+    latency-bound and leaves room on every SM), with at least ``min_chunks`` chunks a piece."""
+    if programs > num_sms:
+        return 1
+    return max(1, min(max_pieces, num_chunks // min_chunks))
+
+
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def _side_stream(device: torch.device):
+    """(main, side): the caller's stream and a high-priority stream for the state walk, which starts
+    after the work queued so far and which the caller's stream waits for on exit. (None, None) off
+    CUDA: the interpreter runs everything in order."""
+    if device.type != "cuda":
+        yield None, None
+        return
+    main = torch.cuda.current_stream(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    side = _SIDE_STREAMS.get(index)
+    if side is None:
+        side = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index, priority=-1)
+    side.wait_stream(main)
+    try:
+        yield main, side
+    finally:
+        main.wait_stream(side)
+
+
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
-                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=3,
+                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=2,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, walk="fused", out=None):
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", pieces=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -276,27 +325,29 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
-    gdn/ops/triton/configs.py). bf16 inputs at chunk sizes up to 64 take the split paths, where every
-    product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts
-    (gdn.ops.triton.split_dot): ``wy_split`` parts (3: exact as fp32) for the WY pass,
+    v4; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
+    bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
+    ``wy_split`` parts for the WY pass (2: 16 bits, as the state keeps; 3: exact as fp32),
     ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
-    segment maps; 0 turns a split path off. The split walk uses ``block_v`` columns of the state per
-    program and ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64
-    columns and 1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and
-    2 stages (one program per SM, its loads prefetched). ``inverse`` defaults to "blocks" on the
-    split WY pass, "product" otherwise.
+    segment maps; 0 turns a split path off. ``attention="stored"`` (the default; split paths only)
+    has the WY pass form each chunk's output attention and store it for the walk; "walk" forms it in
+    the walk (v3). The split walk uses ``block_v`` columns of the state per program and
+    ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
+    1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
+    program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
+    8 on a GPU when the walk takes at most one program per SM, else 1; see choose_pieces) runs the
+    WY pass of each piece of chunks beside the walk of the one before. ``inverse`` defaults to
+    "blocks" on the split WY pass, "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
     less exact); ``precision`` the fp32 products' Triton ``input_precision`` otherwise ("tf32",
     "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs, "tf32" for 16-bit ones); ``wy_dtype`` the
     dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
-    to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the
-    state walk and the segment maps instead), ``num_stages`` to the WY pass; ``walk="lean"`` (split
-    paths only; not yet measured on a GPU) moves the intra-chunk attention into the WY pass
-    (gdn.ops.triton.lean); ``wy_maxnreg`` caps the
-    WY kernel's registers a thread (default 168 on the split WY pass with the fused walk: three programs
-    an SM, not two).
+    to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the state walk and
+    the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the WY kernel's
+    registers a thread (default: no cap, except 168 on the split WY pass with attention="walk",
+    three programs an SM instead of two).
     """
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
@@ -331,7 +382,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
-    if wy_maxnreg is None and wy_split > 0 and walk != "lean" and not triton_interpreting():
+    if wy_maxnreg is None and wy_split > 0 and attention == "walk" and not triton_interpreting():
         wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
@@ -368,31 +419,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
         w2 = w3 = rq = rk = dummy
     u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
-    if walk not in ("fused", "lean"):
-        raise ValueError(f"walk must be 'fused' or 'lean', got {walk!r}")
-    lean = walk == "lean" and state_split > 0
-    qp = qp2 = oloc = dummy
-    if lean:
-        qp_parts = torch.empty(2, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
-        qp, qp2 = qp_parts[0], qp_parts[1]
-        oloc = torch.empty(B, T, HV, V, dtype=torch.float32, device=q.device)
-    if cu_seqlens is None:
-        slots, chunk_offsets, log_n = N * NT, dummy, 0
-    else:
-        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
-        chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
-        torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
-        slots, log_n = NT + N, max(1, N.bit_length())       # an upper bound: no host sync
-    wy_kernel[(slots, HV)](
-        q, k, v, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, scale, chunk_offsets,
-        dummy if cu_seqlens is None else cu_seqlens, T, NT, N, slots, BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK,
-        LOG_BLOCKS=(BT // BLOCK).bit_length() - 1, LOG_N=log_n, IS_VARLEN=cu_seqlens is not None,
-        INVERSE=inverse, WY_SPLIT=wy_split, BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split,
-        STORE_NORMS=state_split > 0, LEAN=lean, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
-
-    walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
-
-    # 2. Segments (dense batches that cannot fill the GPU) and their affine maps.
+    if attention not in ("walk", "stored"):
+        raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
+    attn_in = attention == "stored" and wy_split > 0 and state_split > 0
+    Gc = attn = attn2 = dummy
+    if attn_in:
+        Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+        attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
+        attn, attn2 = attn_parts[0], attn_parts[1]
+    # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
     if cu_seqlens is not None:
         P = 1                      # packed sequences: parallel over sequences x heads already
     elif num_segments is not None:
@@ -402,7 +437,63 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
         P = triton.cdiv(NT, L)     # no empty segments
+    if pieces is None:
+        pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
+            cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
+    elif pieces > 1 and (cu_seqlens is not None or P > 1):
+        raise ValueError("pieces > 1 needs a dense batch walked in one segment (no cu_seqlens, num_segments=1)")
+    pieces = max(1, min(int(pieces), NT))
+
+    if cu_seqlens is None:
+        chunk_offsets, log_n = dummy, 0
+    else:
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
+        chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
+        torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
+        log_n = max(1, N.bit_length())
+
+    def wy_pass(c_first, n_chunks):
+        """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel."""
+        slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
+        wy_kernel[(slots, HV)](
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, scale, chunk_offsets,
+            dummy if cu_seqlens is None else cu_seqlens, T, n_chunks, N, slots, c_first,
+            BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
+            LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
+            BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
+            STORE_ATTN=attn_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+
+    walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
+
+    def state_walk(c_first, c_end, h_in, h_out):
+        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and,
+        when h_out is given, the state after the last chunk."""
+        _chunk_fwd_kernel[(NV, N * HV, P)](
+            q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, dummy if h_in is None else h_in,
+            dummy if h_out is None else h_out,
+            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P,
+            c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
+            STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
+            ATTN_IN=attn_in, **walk_launch)
+
+    if pieces > 1:
+        # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one
+        # latency-bound program and leaves room for a WY program. The state is carried between pieces.
+        bounds = [NT * i // pieces for i in range(pieces + 1)]
+        carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
+        with _side_stream(q.device) as (main, side):
+            for i in range(pieces):
+                wy_pass(bounds[i], bounds[i + 1] - bounds[i])
+                done = torch.cuda.Event() if q.is_cuda else None
+                if q.is_cuda:
+                    done.record(main)
+                    side.wait_event(done)
+                with torch.cuda.stream(side) if q.is_cuda else contextlib.nullcontext():
+                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry)
+        return o, ht
+
+    wy_pass(0, NT)
     if P > 1:
         if state_split > 0:
             A_parts = torch.empty(state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
@@ -414,12 +505,5 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
             FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)
-
-    # 3. The state walk and the outputs.
-    _chunk_fwd_kernel[(NV, N * HV, P)](
-        q, k, g, beta, w, w2, w3, u, rq, rk, qp, qp2, oloc, o, dummy if h0 is None else h0,
-        dummy if ht is None else ht,
-        maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P, BV=BV,
-        IS_VARLEN=cu_seqlens is not None, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1, LEAN=lean, **walk_launch)
+    state_walk(0, 1 << 30, h0, ht)
     return o, ht

@@ -2,40 +2,42 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults: the bf16-split path (every product on bf16 matrix units, the
-computed fp32 operands cut into bf16 parts), measured correct and fastest on an H200 (v3 in
-benchmarks/NOTES.md). "v2" is the earlier default (fp32 tiles, tf32 products, product inverse), "old"
-v2 as first measured (substitution inverse). The rest vary one knob of the default.
+"default" is the launcher's defaults (v4 in benchmarks/NOTES.md, measured correct and fastest on an
+H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
+bf16 parts), the output attention formed by the WY pass, and on a GPU the WY pass of one piece of
+the sequence run beside the state walk of the previous piece. "v3" and "v2" are the earlier defaults
+(v2: fp32 tiles, tf32 products), "old" v2 as first measured. The rest vary one knob of the default.
 """
 import torch
 
-SPLIT = dict(inverse="blocks", wy_split=3, state_split=2)     # the defaults, spelled out
-V2 = dict(inverse="product", wy_split=0, state_split=0)
+SPLIT = dict(inverse="blocks", wy_split=2, state_split=2, attention="stored")   # the defaults, spelled out
+V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
+V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
 OLD = dict(V2, inverse="substitution")
 
 CONFIGS = {
     "default": {},
+    "v3": V3,
     "v2": V2,
     "old": OLD,
     "v2 fast+bf16 wy": dict(V2, fast_dots=True, wy_dtype=torch.bfloat16),   # FLA's roundings
-    "wy3 + v2 walk": dict(SPLIT, state_split=0),
+    # the WY pass and the walk
+    "wy3": dict(wy_split=3),                          # w and u exact as fp32 (24 bits) instead of 16
+    "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
+    "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
+    "wy product": dict(inverse="product"),
+    "wy substitution": dict(inverse="substitution"),
+    "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
+    # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)
+    "pieces 1": dict(pieces=1),
+    "pieces 4": dict(pieces=4),
+    "pieces 16": dict(pieces=16),
+    # the walk's shape: state columns a program, pipeline stages, segments, warps
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1),
     "bv64 st1": dict(block_v=64, walk_stages=1),
-    "bv16": dict(block_v=16),
-    "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2),
-    "bv64 st1 P=3": dict(block_v=64, walk_stages=1, num_segments=3),
-    "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2),
-    "wy substitution": dict(inverse="substitution"),
-    "wy product": dict(inverse="product"),
-    "wy maxnreg 255": dict(wy_maxnreg=255),
-    "wy 8 warps": dict(num_warps=8, walk_warps=4),
+    "bv16 st1": dict(block_v=16, walk_stages=1),
+    "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
+    "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
     "walk 8 warps": dict(walk_warps=8),
-    "lean": dict(walk="lean"),                        # v4 candidate: attention in the WY pass
-    "lean bv64 st1": dict(walk="lean", block_v=64, walk_stages=1),
-    "lean bv32 st1": dict(walk="lean", block_v=32, walk_stages=1),
-    "lean bv64 st2": dict(walk="lean", block_v=64, walk_stages=2),
-    "lean bv16 st1": dict(walk="lean", block_v=16, walk_stages=1),   # 256 programs at B1 x T32k
-    "lean bv16 st2": dict(walk="lean", block_v=16, walk_stages=2),
-    "lean wy168": dict(walk="lean", wy_maxnreg=168),   # spills 1.2 KB a thread (compile report)
 }

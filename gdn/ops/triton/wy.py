@@ -18,7 +18,6 @@ import triton.language as tl
 
 from .addressing import row_offsets, row_tile, row_vec, rows_block
 from .decay import chunk_decay
-from .lean import output_factors
 from .split_dot import split_dot, store_parts
 
 
@@ -157,20 +156,38 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
-def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out,
+def store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
+                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                    DOT_DTYPE: tl.constexpr):
+    """The chunk's output attention P = diag(scale r_q) (q k^T . D) diag(r_k) [BT, BT] (causal, diagonal
+    included) as two bf16 parts at attn_out, attn2_out [tokens, HV, BT]: row i of the chunk at token
+    row0 + i. The state walk's outputs are (q S) e^G (scaled) + P U; with P stored, the walk forms no
+    q k^T and no decay tile. b_k [BT, BK] the keys as stored, b_D the decay matrix, b_rq, b_rk the
+    norm factors. Two parts: 16 bits, where the output keeps 8."""
+    o_k = tl.arange(0, BK)
+    b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
+                  other=0.0).to(DOT_DTYPE)
+    b_P = tl.dot(b_q, tl.trans(b_k)) * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
+    o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
+    store_parts(attn_out + o_w, attn2_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], 2)
+
+
+@triton.jit
+def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                      scale, tok0, t0, T_seq, i_h, i_hv,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
-                     STORE_NORMS: tl.constexpr, LEAN: tl.constexpr):
+                     STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr):
     """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
     are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order;
     the queries', needed only here, are a plain sum of squares),
     and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
-    LEAN: also q' and o_loc for the lean walk (gdn.ops.triton.lean.output_factors)."""
+    STORE_ATTN: also the cumulative log-decays G [tokens, HV] and the chunk's output attention
+    (store_attention)."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -194,6 +211,10 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
     b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
     b_G, b_D = chunk_decay(b_g, BT)
+    if STORE_ATTN:
+        tl.store(row_vec(G_out, row0, i_hv, HV, o_t), b_G, mask=m_t)
+        store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
+                        H, HV, K, BT, BK, DOT_DTYPE)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
     b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
     o_c = tl.arange(0, BC)
@@ -213,16 +234,14 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_w = split_dot(b_Tw, b_kc, None, NSPLIT, True, False, DOT_DTYPE)
         o_w = row_offsets(row0, i_hv, HV, K, o_t, c0 + o_c)
         store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & m_c[None, :], W_PARTS)
-    if LEAN:           # last, when only T, k and the row vectors are live
-        output_factors(q, k, v, qp_out, qp2_out, oloc_out, b_k, b_T, b_G, b_beta, b_rq, b_rk, scale, row0,
-                       i_h, i_hv, o_t, m_t, H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE)
 
 
 @triton.jit
-def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.constexpr, LOG_N: tl.constexpr):
+def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.constexpr, LOG_N: tl.constexpr):
     """Map a flat chunk slot to (sequence, chunk within it, first token, length of the sequence).
 
-    Dense batches: slot = sequence * NT + chunk. Packed sequences: chunk_offsets [N + 1] holds the
+    Dense batches: slot = sequence * NT + chunk - C0, for a launch over chunks C0 .. C0 + NT - 1 of
+    every sequence (NT: all of them, C0 = 0, unless the launcher cuts the pass into pieces). Packed sequences: chunk_offsets [N + 1] holds the
     cumulative chunk counts; a binary search finds the last sequence starting at or before the slot
     (empty sequences own no slot). Slots past the last chunk return a chunk index past the end."""
     if IS_VARLEN:
@@ -239,7 +258,7 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.cons
         T_seq = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - tok0).to(tl.int32)
     else:
         i_n = i_slot // NT
-        i_c = i_slot % NT
+        i_c = C0 + i_slot % NT
         tok0 = i_n.to(tl.int64) * T
         T_seq = T
     return i_n, i_c, tok0, T_seq
@@ -247,14 +266,14 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN: tl.cons
 
 @triton.jit
 def wy_kernel(
-    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out, scale,
-    chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS,
+    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, scale,
+    chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
-    LEAN: tl.constexpr = False,
+    STORE_ATTN: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype) for one chunk of one value head.
     Grid: (chunk slots, HV).
@@ -263,17 +282,18 @@ def wy_kernel(
     wy_split_factors. W_PARTS = 0: w in w_out's dtype; 2 or 3: as that many bf16 parts at w_out,
     w2_out (, w3_out) for the split products of the state walk. STORE_NORMS: also store the l2-norm
     factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles.
-    LEAN (split path only): also q' (bf16 parts at qp_out, qp2_out) and o_loc (oloc_out) for the lean
-    walk; scale is the output scale they include."""
+    STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
+    [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
+    log-decays G at G_out [tokens, HV], so the walk forms neither."""
     i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
-    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, IS_VARLEN, LOG_N)
+    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN, LOG_N)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
-        wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, qp_out, qp2_out, oloc_out,
+        wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
-                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, LEAN)
+                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN)
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

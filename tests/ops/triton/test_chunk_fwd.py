@@ -11,7 +11,7 @@ from tests.reference import random_inputs, reference_gdn
 from tests.tolerances import assert_close
 
 triton = pytest.importorskip("triton")
-from gdn.ops.triton.configs import OLD, SPLIT  # noqa: E402  (needs triton)
+from gdn.ops.triton.configs import OLD, SPLIT, V3  # noqa: E402  (needs triton)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # (T, H, HV, K, V, chunk, segments, l2norm): odd lengths, grouped heads, K != V, non-power-of-two dims,
@@ -83,15 +83,15 @@ BF16_VARIANTS = [
     {},
     OLD,
     SPLIT,
+    V3,                                               # the previous default: WY exact, attention in the walk
     dict(wy_split=3, state_split=0),                  # split WY pass, unsplit walk
     dict(wy_split=0, state_split=2),                  # unsplit WY pass writing w parts and norm factors
-    dict(SPLIT, wy_split=2),
+    dict(SPLIT, wy_split=3),
     dict(SPLIT, block_v=16, walk_stages=1),
     dict(block_v=64, walk_stages=1),                  # the default's two walk shapes, forced
     dict(block_v=32, walk_stages=2),
-    dict(walk="lean"),                                # attention in the WY pass (gdn.ops.triton.lean)
-    dict(walk="lean", block_v=64, walk_stages=1),
-    dict(walk="lean", block_v=16, walk_stages=1),
+    dict(attention="walk"),                           # the walk forms the output attention
+    dict(attention="walk", block_v=64, walk_stages=1),
     dict(fast_dots=True),
 ]
 
@@ -100,7 +100,7 @@ BF16_VARIANTS = [
 def test_triton_bf16_variants(variant):
     """The fp32 final state pins the products: Triton's interpreter multiplies in fp32 (no tf32), so
     what remains is each path's own rounding: 16 bits of the state in 2 bf16 parts (state_split=2, the
-    default, and w and u with wy_split=2), fp32 otherwise. o is rounded to bf16. Three segments: the maps and
+    default, and w and u with wy_split=2, the default), fp32 otherwise. o is rounded to bf16. Three segments: the maps and
     their fold run on the same path."""
     from gdn.ops.triton import triton_forward
     kw = BF16_VARIANTS[variant]
@@ -110,10 +110,33 @@ def test_triton_bf16_variants(variant):
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=True, chunk_size=32, num_segments=3, out=o, **kw)
-    sixteen_bits = kw.get("state_split", 2) == 2 and not kw.get("fast_dots") or kw.get("wy_split") == 2
+    sixteen_bits = kw.get("state_split", 2) == 2 and not kw.get("fast_dots") or kw.get("wy_split", 2) == 2
     assert_close(o, o_ref, rtol=1e-2, name="o")
     if not kw.get("fast_dots"):
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-5, name="S")
+
+
+@pytest.mark.parametrize("attention", ["walk", "stored"])
+def test_triton_bf16_pieces(attention):
+    """The WY pass and the walk cut into pieces of chunks (on a GPU the WY pass of one piece runs
+    beside the walk of the previous one): the state carried across pieces, from an initial state
+    and without one, uneven pieces (7 chunks in 3 pieces)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(2, 200, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         seed=11, device=DEVICE)
+    for h0 in (S0, None):
+        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+        o = torch.full_like(v, float("nan"))
+        o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=h0, output_final_state=True,
+                              use_qk_l2norm=True, chunk_size=32, pieces=3, out=o, **dict(SPLIT, attention=attention))
+        assert_close(o, o_ref, rtol=1e-2, name="o")
+        assert_close(S, S_ref, rtol=1e-4, name="S")
+    o2, none = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, use_qk_l2norm=True, chunk_size=32, pieces=3)
+    assert none is None
+    assert_close(o2, reference_gdn(q, k, v, g, beta, use_qk_l2norm=True)[0], rtol=1e-2, name="o")
+    with pytest.raises(ValueError, match="pieces > 1 needs a dense batch"):
+        triton_forward(q[:1], k[:1], v[:1], g[:1], beta[:1], scale=0.25, pieces=2,
+                       cu_seqlens=torch.tensor([0, 100, 200], device=DEVICE))
 
 
 @pytest.mark.parametrize("C", [16, 32, 64])
@@ -130,8 +153,8 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
-@pytest.mark.parametrize("walk", ["fused", "lean"])
-def test_triton_bf16_varlen_with_empty_sequences(walk):
+@pytest.mark.parametrize("attention", ["walk", "stored"])
+def test_triton_bf16_varlen_with_empty_sequences(attention):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
     next sequence (block pointers bounded by the sequence length)."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
@@ -140,7 +163,7 @@ def test_triton_bf16_varlen_with_empty_sequences(walk):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, walk=walk, **SPLIT)
+                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, **dict(SPLIT, attention=attention))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
@@ -174,8 +197,8 @@ def test_triton_falls_back_to_chunk_for_gradients():
 def test_triton_rejects_unsupported_chunk_size():
     q, k, v, g, beta, _ = random_inputs(1, 20, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
     from gdn.ops.triton import triton_forward
-    with pytest.raises(ValueError, match="walk must be"):
-        triton_forward(q, k, v, g, beta, scale=0.25, walk="fast")
+    with pytest.raises(ValueError, match="attention must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, attention="fast")
     for C in (8, 128):
         with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
             gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)
