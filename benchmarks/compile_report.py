@@ -57,9 +57,9 @@ class _Recorder:
         return lambda *args, **kw: self.launches.append((self.fn, grid, args, kw))
 
 
-def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, pieces=0, **kw):
+def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, **kw):
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
-    (``pieces`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
+    (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
     saved = {name: getattr(chunk_fwd, name) for name in KERNELS}
     saved_sms = chunk_fwd._num_sms
@@ -72,8 +72,8 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, pieces=0,
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
         g = torch.empty(B, T, HV, dtype=torch.float32, device="meta")
         beta = torch.empty_like(g)
-        if pieces:
-            kw = dict(kw, cu_seqlens=torch.empty(pieces + 1, dtype=torch.int32, device="meta"))
+        if packed:
+            kw = dict(kw, cu_seqlens=torch.empty(packed + 1, dtype=torch.int32, device="meta"))
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
         chunk_fwd.triton_forward(q, k, v, g, beta, **kw)
     finally:
@@ -191,7 +191,7 @@ def main(argv=None):
     ap.add_argument("--heads", default="16,32,128,128", help="H,HV,K,V")
     ap.add_argument("--dtype", default="bfloat16", help="input dtype: bfloat16, float16 or float32")
     ap.add_argument("--chunk", type=int, default=64, help="chunk_size")
-    ap.add_argument("--pieces", type=int, default=0, help="pack T tokens as this many sequences (varlen)")
+    ap.add_argument("--packed", type=int, default=0, help="pack T tokens as this many sequences (varlen)")
     ap.add_argument("--no-l2norm", action="store_true", help="use_qk_l2norm=False")
     ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
@@ -203,8 +203,8 @@ def main(argv=None):
     target = GPUTarget("cuda", args.arch, 32)
     arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
     dtype = getattr(torch, args.dtype)
-    problem = dict(dtype=dtype, pieces=args.pieces, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm)
-    packed = f" in {args.pieces} pieces" if args.pieces else ""
+    problem = dict(dtype=dtype, packed=args.packed, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm)
+    packed = f" packed as {args.packed} sequences" if args.packed else ""
     print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}{packed}, "
           f"H={H} HV={HV} K={K} V={V} {args.dtype}, chunk {args.chunk}, "
           f"{'no l2norm' if args.no_l2norm else 'l2norm'}, {args.num_sms} SMs")

@@ -32,6 +32,7 @@ program ids. Token offsets are int64: tokens x heads x dim passes 2^31 at a mill
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import triton
@@ -149,7 +150,7 @@ def _segment_maps_kernel(
     tl.store(p_B, b_M, mask=m_out & (i_m >= NMK))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens,
     scale, T, L, P, C_BEGIN, C_END,
@@ -288,7 +289,7 @@ def choose_pieces(programs: int, num_chunks: int, num_sms: int, max_pieces: int 
     return max(1, min(max_pieces, num_chunks // min_chunks))
 
 
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
 
 
 @contextlib.contextmanager
@@ -300,10 +301,12 @@ def _side_stream(device: torch.device):
         yield None, None
         return
     main = torch.cuda.current_stream(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    side = _SIDE_STREAMS.get(index)
+    # One side stream per caller stream: callers on different streams (or threads, or a graph being
+    # captured) never queue behind each other's walks.
+    key = (main.device.index, main.cuda_stream)
+    side = _SIDE_STREAMS.get(key)
     if side is None:
-        side = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index, priority=-1)
+        side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-1)
     side.wait_stream(main)
     try:
         yield main, side
@@ -311,9 +314,22 @@ def _side_stream(device: torch.device):
         main.wait_stream(side)
 
 
+def _on_tensor_device(fn):
+    """Run ``fn`` with q's CUDA device current: Triton launches on the current device's current
+    stream, and the side stream's events must order kernels of q's device."""
+    @functools.wraps(fn)
+    def on_device(q, *args, **kwargs):
+        if q.is_cuda:
+            with torch.cuda.device(q.device):
+                return fn(q, *args, **kwargs)
+        return fn(q, *args, **kwargs)
+    return on_device
+
+
+@_on_tensor_device
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
-                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=2,
+                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", pieces=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
@@ -327,7 +343,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
     v4; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
     bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
-    ``wy_split`` parts for the WY pass (2: 16 bits, as the state keeps; 3: exact as fp32),
+    ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
+    exact as fp32, when the walk is not split and so keeps fp32),
     ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
     segment maps; 0 turns a split path off. ``attention="stored"`` (the default; split paths only)
     has the WY pass form each chunk's output attention and store it for the walk; "walk" forms it in
@@ -352,6 +369,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
+    if pieces is not None and pieces > 1 and cu_seqlens is not None:
+        raise ValueError("pieces > 1 needs a dense batch (no cu_seqlens)")
+    if pieces is not None and pieces > 1 and num_segments is not None and num_segments > 1:
+        raise ValueError("pieces > 1 needs the sequences walked in one segment (num_segments=1)")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if K > 256 or V > 256:
@@ -378,11 +399,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
     is_bf16 = q.dtype == torch.bfloat16
-    wy_split = wy_split if is_bf16 else 0
     state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
+    if wy_split is None:
+        wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
+    wy_split = wy_split if is_bf16 else 0
+    if attention not in ("walk", "stored"):
+        raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
+    attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
-    if wy_maxnreg is None and wy_split > 0 and attention == "walk" and not triton_interpreting():
+    if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
         wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
@@ -419,9 +445,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
         w2 = w3 = rq = rk = dummy
     u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
-    if attention not in ("walk", "stored"):
-        raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
-    attn_in = attention == "stored" and wy_split > 0 and state_split > 0
     Gc = attn = attn2 = dummy
     if attn_in:
         Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
@@ -430,8 +453,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
     if cu_seqlens is not None:
         P = 1                      # packed sequences: parallel over sequences x heads already
-    elif num_segments is not None:
-        P = max(1, min(int(num_segments), NT))
+    elif num_segments is not None or (pieces is not None and pieces > 1):
+        P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
     else:
         P = choose_segments(N * HV * NV, NT, _num_sms(q.device), programs_per_sm)
     L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
@@ -440,8 +463,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
-    elif pieces > 1 and (cu_seqlens is not None or P > 1):
-        raise ValueError("pieces > 1 needs a dense batch walked in one segment (no cu_seqlens, num_segments=1)")
     pieces = max(1, min(int(pieces), NT))
 
     if cu_seqlens is None:

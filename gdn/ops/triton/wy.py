@@ -264,7 +264,7 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.
     return i_n, i_c, tok0, T_seq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, scale,
     chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS, C0,
