@@ -1,7 +1,8 @@
 """CPU speed of the op (issue: chunk >= 3x transformers, scan within 3x of chunk), one run, side by side.
 
 B=1, H=HV=16, K=V=128, float32, no grad, l2norm, torch threads = 2 by default. The providers take
-turns inside every repeat (this VM's speed drifts between runs), median of the repeats.
+turns inside every repeat (this VM's speed drifts between runs), in an order rotated each repeat,
+median of the repeats.
 
     python benchmarks/bench_op_cpu.py [--lengths 512,2048,8192] [--repeats 5] [--threads 2] [--chunk-size 64]
 """
@@ -34,7 +35,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; B=1, H=HV={H}, K=V={K}, float32, no grad, l2norm, "
           f"chunk_size={args.chunk_size}; "
-          f"median of {args.repeats}, providers interleaved")
+          f"median of {args.repeats}, providers interleaved in rotated order")
     print("\n| T | recurrent ms | chunk ms | scan ms | transformers ms | transformers / chunk | scan / chunk |")
     print("|---|---|---|---|---|---|---|")
     for T in (int(t) for t in args.lengths.split(",")):
@@ -51,8 +52,11 @@ def main() -> None:
         with torch.no_grad():
             for fn in fns.values():
                 fn()                                                   # warm-up
-            for _ in range(args.repeats):
-                for name, fn in fns.items():
+            order = list(fns.items())
+            for r in range(args.repeats):
+                # Rotated each repeat, so that no provider always runs right after the slow token loop
+                # (whose big temporaries leave the allocator and caches cold for whoever comes next).
+                for name, fn in order[r % len(order):] + order[:r % len(order)]:
                     start = time.perf_counter()
                     fn()
                     times[name].append((time.perf_counter() - start) * 1e3)

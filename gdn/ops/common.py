@@ -23,6 +23,11 @@ def l2norm_factors(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     return torch.rsqrt(torch.linalg.vector_norm(x, dim=-1).square() + eps)
 
 
+def l2norm_factors_from_squares(sq: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
+    """The l2norm factors ``1 / sqrt(sq + eps)`` from the rows' sums of squares ``sq``."""
+    return torch.rsqrt(sq + eps)
+
+
 def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     """``x / sqrt(sum(x**2, -1) + eps)``: the q/k normalisation of Qwen3.5 (and FLA's in-kernel one)."""
     return x * l2norm_factors(x, eps)[..., None]

@@ -59,3 +59,22 @@ def test_affine_map_reproduces_chunk_end_state():
     U = f.writes(S0, 0)
     A, B = f.affine_maps()
     assert_close(A[0] @ S0 + B[0], f.end_state(S0, U, 0), name="A S0 + B")
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 64])
+@pytest.mark.parametrize("ratio", [1, 2])
+def test_walk_exact_with_zero_and_huge_keys(chunk_size, ratio):
+    """The no-grad chunk walk takes the keys' l2 norms from k k^T's diagonal and folds them into the
+    decay matrix's exponent (log r_j): zero keys (r = 1 / sqrt(eps)), huge keys and a strong decay
+    must stay exact, for any chunk size and group size."""
+    from tests.reference import reference_gdn
+    q, k, v, g, beta, S0 = random_inputs(1, 200, 2, 2 * ratio, 16, 24, initial_state=True, seed=4)
+    k[:, 5:40] = 0
+    k[:, 100:120] *= 1e4
+    g[:, 50:60] = -200.0
+    with torch.no_grad():
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
+                                    use_qk_l2norm=True, backend="chunk", chunk_size=chunk_size)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    assert_close(o, o_ref, name="o")
+    assert_close(S, S_ref, name="S")
