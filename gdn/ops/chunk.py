@@ -105,13 +105,11 @@ def _walk_block(f: WalkFactors, S: torch.Tensor, o: torch.Tensor, S_is_zero: boo
             S2.mul_(gamma[n])                                         # one scalar a state, over a flat row
             S3.baddbmm_(kt[n], dU)                                    # S = gamma S + k^T (e^{G_C - G} U)
         torch.bmm(attn[n], U, out=P)                                  # the in-chunk part
-        r = dst[n].shape[2]
-        if first:
-            dst[n].copy_(P4[:, :, :r])
-        elif r == C:                                                  # O = attn U + e^G q S, into o
-            torch.addcmul(P4, gate[n], qS, out=dst[n])
-        else:                                                         # the padded last chunk
-            dst[n].copy_(P4.addcmul_(gate[n], qS)[:, :, :r])
+        if not first:
+            P4.addcmul_(gate[n], qS)                                  # O = attn U + e^G q S
+        # Formed in the contiguous buffer, then one copy into o's strided rows (padding dropped):
+        # an elementwise op writing o's layout directly ran ~6x slower than in place.
+        dst[n].copy_(P4[:, :, :dst[n].shape[2]])
 
 
 def _block_autograd(q, k, v, g, beta, scale, S, chunk_size, use_qk_l2norm):
