@@ -1,8 +1,9 @@
 """GPU correctness of backend="triton" against a float64 reference, the registers and spills of every
 launched kernel, and a timing table of the launcher's configurations (old and new side by side).
 
-Every check draws fresh random inputs, poisons the output buffer with NaN before the kernel runs, and
-compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
+Every check draws fresh random inputs, poisons the output buffer with NaN before the kernel runs,
+copies the results on the caller's stream before synchronizing (so a missing stream dependency
+shows as NaN), and compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
 plain recurrence by the test suite). Run on the GPU machine:
     python benchmarks/gpu_check.py [correct] [kernels] [time] [profile]     (default: all four)
 GDN_CONFIGS="default;split" limits the kernels/time sections to those configurations.
@@ -43,6 +44,9 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
                           cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
+    # Copied on the caller's stream before any device-wide sync: work queued after the call must see
+    # the results (the walk may run on a side stream), or the NaN poison shows up here.
+    o, S = o.clone(), S.clone()
     torch.cuda.synchronize()
     finite = bool(torch.isfinite(o).all()) and bool(torch.isfinite(S).all())
     if heads is not None:                                     # long sequences: check a few heads
@@ -118,6 +122,8 @@ def correctness() -> None:
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
+    with torch.cuda.stream(torch.cuda.Stream()):            # the caller on a stream of its own
+        check("bf16 B1 T4099 in 16 pieces, caller's own stream", 1, 4099, torch.bfloat16, pieces=16)
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",
           **CONFIGS["attention walk"])
     check("[v3] bf16 B1 T32k decaying", 1, 32768, torch.bfloat16, **CONFIGS["v3"])
