@@ -1,6 +1,6 @@
 """Ahead-of-time compile report for the Triton forward: registers, spills, shared memory, matrix units.
 
-No GPU needed. The launcher (gdn.ops.triton.chunk_fwd.triton_forward) runs on ``meta`` tensors with its
+No GPU needed. The launcher (gdn.ops.triton.forward.triton_forward) runs on ``meta`` tensors with its
 kernels swapped for recorders, so every kernel is compiled with exactly the constexprs, argument
 specialisations (16-divisible pointers and ints, ints equal to 1 folded) and launch options that a
 real call would use; then ``triton.compile`` builds each one for an H100/H200 (sm_90a) and ptxas (from
@@ -39,7 +39,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import gdn.ops.triton.chunk_fwd as chunk_fwd     # noqa: E402
+import gdn.ops.triton.forward as forward         # noqa: E402
 from gdn.ops.triton.configs import CONFIGS      # noqa: E402
 
 KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
@@ -61,12 +61,12 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
-    saved = {name: getattr(chunk_fwd, name) for name in KERNELS}
-    saved_sms = chunk_fwd._num_sms
+    saved = {name: getattr(forward, name) for name in KERNELS}
+    saved_sms = forward._num_sms
     try:
         for name in KERNELS:
-            setattr(chunk_fwd, name, _Recorder(saved[name], launches))
-        chunk_fwd._num_sms = lambda device: num_sms
+            setattr(forward, name, _Recorder(saved[name], launches))
+        forward._num_sms = lambda device: num_sms
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
         k = torch.empty_like(q)
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
@@ -75,11 +75,11 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         if packed:
             kw = dict(kw, cu_seqlens=torch.empty(packed + 1, dtype=torch.int32, device="meta"))
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
-        chunk_fwd.triton_forward(q, k, v, g, beta, **kw)
+        forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
         for name, fn in saved.items():
-            setattr(chunk_fwd, name, fn)
-        chunk_fwd._num_sms = saved_sms
+            setattr(forward, name, fn)
+        forward._num_sms = saved_sms
     return launches
 
 

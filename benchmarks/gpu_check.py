@@ -82,18 +82,18 @@ class _Spy:
 
 def launched_kernels(fn):
     """Run fn() once and return what each Triton kernel it launched was compiled to."""
-    import gdn.ops.triton.chunk_fwd as chunk_fwd
+    import gdn.ops.triton.forward as forward
     names = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
-    saved, log = {n: getattr(chunk_fwd, n) for n in names}, []
+    saved, log = {n: getattr(forward, n) for n in names}, []
     try:
         for n in names:
-            setattr(chunk_fwd, n, _Spy(saved[n], log))
+            setattr(forward, n, _Spy(saved[n], log))
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     finally:
         for n, f in saved.items():
-            setattr(chunk_fwd, n, f)
+            setattr(forward, n, f)
     return log
 
 

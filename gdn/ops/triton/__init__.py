@@ -1,13 +1,14 @@
 """Triton kernels for NVIDIA GPUs (and Triton's CPU interpreter with TRITON_INTERPRET=1).
 
 wy:         the chunk math (decays, WY triangular inverse, chunk loading) and the parallel WY kernel.
-chunk_fwd:  the segment maps and the state walk that writes the outputs, and the launcher; sequences
-            are cut into exactly-joined segments when batch x heads cannot fill the GPU.
+chunk_fwd:  the segment maps and the state walk that writes the outputs; sequences are cut into
+            exactly-joined segments when batch x heads cannot fill the GPU.
+forward:    the launcher (triton_forward): the WY pass, the maps, the walk; pieces and streams.
 split_dot:  fp32-accurate products on bf16 matrix units.
 addressing: [tokens, heads, dim] offsets (int64 per chunk, int32 inside).
 configs:    named launcher configurations (tests, compile report, GPU timing).
 causal_conv1d: the layer's short convolution.
 """
-from .chunk_fwd import triton_forward
+from .forward import triton_forward
 
 __all__ = ["triton_forward"]

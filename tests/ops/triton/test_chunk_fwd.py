@@ -1,4 +1,4 @@
-"""The fused Triton forward (gdn.ops.triton.chunk_fwd) against the float64 reference.
+"""The Triton forward (gdn.ops.triton.forward and its kernels) against the float64 reference.
 
 On a CPU machine this runs the real kernels in Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1), so shapes stay small; on a GPU machine the same tests run compiled kernels.
@@ -181,7 +181,7 @@ def test_triton_bf16_varlen_with_empty_sequences(attention):
 
 
 def test_choose_segments_fills_one_wave():
-    from gdn.ops.triton.chunk_fwd import choose_segments
+    from gdn.ops.triton.forward import choose_segments
     assert choose_segments(64, 512, 132) == 4              # 256 programs on 264 slots, not 320
     assert choose_segments(128, 512, 132, programs_per_sm=1) == 1
     assert choose_segments(128, 512, 132, programs_per_sm=2) == 2

@@ -1,0 +1,299 @@
+"""The launcher of the Triton forward of Gated DeltaNet: a parallel WY pass, then a state walk
+that writes the outputs.
+
+1. ``wy_kernel`` (gdn.ops.triton.wy): every chunk of every sequence and head at once: the WY factors
+   w [tokens, HV, K] and u [tokens, HV, V] (they do not depend on the state); on the bf16 path by
+   default also each chunk's output attention P = (q k^T . D), scaled, and the cumulative decays G.
+2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
+   GPU, the affine maps that join the segments of a sequence exactly.
+3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs.
+
+When the walk takes at most one program per SM (one sequence, or a few), it is latency-bound and
+leaves room on every SM: the launcher then cuts the chunks into pieces and runs the WY pass of piece
+i + 1 on the caller's stream beside the walk of piece i on a side stream (``pieces``), the state
+carried between the walk's launches in the final-state buffer. Events order them; nothing spins.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common import triton_interpreting
+from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
+from .wy import wy_kernel
+
+SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
+
+_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4                       # Triton's CPU interpreter: small, so small tests exercise the split
+
+
+def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_sm: int = 2,
+                    min_chunks: int = 4) -> int:
+    """How many segments to cut each sequence into so that the state walk fills the GPU in one wave
+    (``programs_per_sm`` resident programs on each of ``num_sms`` SMs), keeping at least
+    ``min_chunks`` chunks per segment (the segment maps cost about one extra state walk). Rounded
+    down: a second, partial wave takes as long as the first, so more segments than fit only add maps."""
+    slots = programs_per_sm * num_sms
+    if 2 * programs > slots or num_chunks < 2 * min_chunks:
+        return 1
+    return max(1, min(slots // programs, num_chunks // min_chunks))
+
+
+def choose_pieces(programs: int, num_chunks: int, num_sms: int, max_pieces: int = 8, min_chunks: int = 16) -> int:
+    """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
+    walk of the previous one: only when the walk takes at most one program per SM (it is then
+    latency-bound and leaves room on every SM), with at least ``min_chunks`` chunks a piece."""
+    if programs > num_sms:
+        return 1
+    return max(1, min(max_pieces, num_chunks // min_chunks))
+
+
+_SIDE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def _side_stream(device: torch.device):
+    """(main, side): the caller's stream and a high-priority stream for the state walk, which starts
+    after the work queued so far and which the caller's stream waits for on exit. (None, None) off
+    CUDA: the interpreter runs everything in order."""
+    if device.type != "cuda":
+        yield None, None
+        return
+    main = torch.cuda.current_stream(device)
+    # One side stream per caller stream: callers on different streams (or threads, or a graph being
+    # captured) never queue behind each other's walks.
+    key = (main.device.index, main.cuda_stream)
+    side = _SIDE_STREAMS.get(key)
+    if side is None:
+        side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-1)
+    side.wait_stream(main)
+    try:
+        yield main, side
+    finally:
+        main.wait_stream(side)
+
+
+def _on_tensor_device(fn):
+    """Run ``fn`` with q's CUDA device current: Triton launches on the current device's current
+    stream, and the side stream's events must order kernels of q's device."""
+    @functools.wraps(fn)
+    def on_device(q, *args, **kwargs):
+        if q.is_cuda:
+            with torch.cuda.device(q.device):
+                return fn(q, *args, **kwargs)
+        return fn(q, *args, **kwargs)
+    return on_device
+
+
+@_on_tensor_device
+def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
+                   cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
+                   fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
+                   state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", pieces=None, out=None):
+    """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
+
+    Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
+    only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
+    holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
+    how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
+    gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
+
+    The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
+    v4; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
+    bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
+    ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
+    exact as fp32, when the walk is not split and so keeps fp32),
+    ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
+    segment maps; 0 turns a split path off. ``attention="stored"`` (the default; split paths only)
+    has the WY pass form each chunk's output attention and store it for the walk; "walk" forms it in
+    the walk (v3). The split walk uses ``block_v`` columns of the state per program and
+    ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
+    1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
+    program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
+    8 on a GPU when the walk takes at most one program per SM, else 1; see choose_pieces) runs the
+    WY pass of each piece of chunks beside the walk of the one before. ``inverse`` defaults to
+    "blocks" on the split WY pass, "product" otherwise.
+
+    Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
+    ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
+    less exact); ``precision`` the fp32 products' Triton ``input_precision`` otherwise ("tf32",
+    "tf32x3" or "ieee"; default "tf32x3" for fp32 inputs, "tf32" for 16-bit ones); ``wy_dtype`` the
+    dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
+    to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the state walk and
+    the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the WY kernel's
+    registers a thread (default: no cap, except 168 on the split WY pass with attention="walk",
+    three programs an SM instead of two).
+    """
+    if chunk_size not in (16, 32, 64):
+        raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
+                         f"shared memory than an SM has; backend='chunk' takes any power of two)")
+    if pieces is not None and pieces > 1 and cu_seqlens is not None:
+        raise ValueError("pieces > 1 needs a dense batch (no cu_seqlens)")
+    if pieces is not None and pieces > 1 and num_segments is not None and num_segments > 1:
+        raise ValueError("pieces > 1 needs the sequences walked in one segment (num_segments=1)")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if K > 256 or V > 256:
+        raise ValueError(f"backend='triton' supports head dims K, V <= 256, got K={K}, V={V}")
+    N = B if cu_seqlens is None else cu_seqlens.numel() - 1
+    if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
+        q = q.float()
+    q, k, v = q.contiguous(), k.to(q.dtype).contiguous(), v.contiguous()
+    if precision is None:
+        precision = "tf32x3" if q.dtype == torch.float32 else "tf32"
+    g, beta = g.float().contiguous(), beta.float().contiguous()
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    o = torch.empty(B, T, HV, V, dtype=v.dtype, device=v.device) if out is None else out
+    ht = torch.empty(N, HV, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
+    if T == 0:
+        if ht is not None:
+            ht.copy_(h0) if h0 is not None else ht.zero_()
+        return o, ht
+
+    BK = max(16, triton.next_power_of_2(K))
+    BT = chunk_size
+    # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
+    # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
+    if state_split not in (0, 2):
+        raise ValueError(f"state_split must be 0 or 2, got {state_split}")
+    is_bf16 = q.dtype == torch.bfloat16
+    state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
+    if wy_split is None:
+        wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
+    wy_split = wy_split if is_bf16 else 0
+    if attention not in ("walk", "stored"):
+        raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
+    attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
+    if inverse is None:
+        inverse = "blocks" if wy_split > 0 else "product"
+    if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
+        wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
+    if block_v is None:
+        # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
+        # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
+        wide = N * HV * triton.cdiv(V, 64) >= 2 * _num_sms(q.device)
+        block_v = 64 if wide or state_split == 0 else 32
+        if walk_stages is None and state_split > 0:
+            walk_stages = 1 if wide else 2
+    if walk_stages is None:
+        # Two stages double the q, k and w-part buffers (BT x BK bf16 each): keep them to 128 KiB.
+        walk_stages = 2 if state_split > 0 and 2 * BT * BK * 2 * (2 + state_split) <= 128 * 1024 else 1
+    if programs_per_sm is None:
+        programs_per_sm = 1 if walk_stages > 1 else 2
+    BV = max(16, min(block_v, triton.next_power_of_2(V)))
+    NV = triton.cdiv(V, BV)
+    BLOCK = min(SUBBLOCK, BT)
+    NT = triton.cdiv(T, BT)
+    # Triton's CPU interpreter multiplies 16-bit tiles wrongly (it reads their raw bits): upcast there.
+    dot_dtype = tl.float32 if triton_interpreting() else _TL_DTYPES[q.dtype]
+    common = dict(H=H, HV=HV, K=K, V=V, BT=BT, BK=BK, USE_L2NORM=use_qk_l2norm, PRECISION=precision,
+                  DOT_DTYPE=dot_dtype, num_warps=num_warps, num_stages=num_stages)
+    dummy = o
+
+    # 1. WY factors of every chunk, in parallel. The split state walk reads w as bf16 parts and the
+    #    l2-norm factors of q and k from here.
+    if state_split > 0:
+        w_parts = torch.empty(state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
+        w, w2, w3 = w_parts[0], w_parts[1], w_parts[state_split - 1]
+        rq = rk = dummy
+        if use_qk_l2norm:
+            rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+            rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+    else:
+        w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
+        w2 = w3 = rq = rk = dummy
+    u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
+    Gc = attn = attn2 = dummy
+    if attn_in:
+        Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+        attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
+        attn, attn2 = attn_parts[0], attn_parts[1]
+    # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
+    if cu_seqlens is not None:
+        P = 1                      # packed sequences: parallel over sequences x heads already
+    elif num_segments is not None or (pieces is not None and pieces > 1):
+        P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
+    else:
+        P = choose_segments(N * HV * NV, NT, _num_sms(q.device), programs_per_sm)
+    L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
+    if P > 1:
+        P = triton.cdiv(NT, L)     # no empty segments
+    if pieces is None:
+        pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
+            cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
+    pieces = max(1, min(int(pieces), NT))
+
+    if cu_seqlens is None:
+        chunk_offsets, log_n = dummy, 0
+    else:
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
+        chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
+        torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
+        log_n = max(1, N.bit_length())
+
+    def wy_pass(c_first, n_chunks):
+        """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel."""
+        slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
+        wy_kernel[(slots, HV)](
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, scale, chunk_offsets,
+            dummy if cu_seqlens is None else cu_seqlens, T, n_chunks, N, slots, c_first,
+            BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
+            LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
+            BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
+            STORE_ATTN=attn_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+
+    walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
+    maps_A = maps_A2 = maps_A3 = maps_B = dummy
+
+    def state_walk(c_first, c_end, h_in, h_out):
+        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and,
+        when h_out is given, the state after the last chunk."""
+        _chunk_fwd_kernel[(NV, N * HV, P)](
+            q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, dummy if h_in is None else h_in,
+            dummy if h_out is None else h_out,
+            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P,
+            c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
+            STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
+            ATTN_IN=attn_in, **walk_launch)
+
+    if pieces > 1:
+        # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one
+        # latency-bound program and leaves room for a WY program. The state is carried between pieces.
+        bounds = [NT * i // pieces for i in range(pieces + 1)]
+        carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
+        with _side_stream(q.device) as (main, side):
+            for i in range(pieces):
+                wy_pass(bounds[i], bounds[i + 1] - bounds[i])
+                done = torch.cuda.Event() if q.is_cuda else None
+                if q.is_cuda:
+                    done.record(main)
+                    side.wait_event(done)
+                with torch.cuda.stream(side) if q.is_cuda else contextlib.nullcontext():
+                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry)
+        return o, ht
+
+    wy_pass(0, NT)
+    if P > 1:
+        if state_split > 0:
+            A_parts = torch.empty(state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
+            maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[state_split - 1]
+        else:
+            maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
+        maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
+        NMK = triton.cdiv(K, BV)
+        _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
+            q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
+            FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)
+    state_walk(0, 1 << 30, h0, ht)
+    return o, ht
