@@ -171,27 +171,30 @@ def timing() -> None:
 
 
 def profile() -> None:
-    """Per-kernel CUDA time at B1 x T32k of the configs in GDN_PROFILE_CONFIGS (default "default"); a
-    name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh)."""
+    """Per-kernel CUDA time of the configs in GDN_PROFILE_CONFIGS (default "default") at the shapes in
+    GDN_PROFILE_SHAPES (default "1x32768"; "BxT" each); a name "peer:fla" or "peer:flashqla" profiles
+    that peer instead (needs scripts/unpack_peers.sh)."""
     from gdn.cli.peers import available_peers
-    q, k, v, g, beta = random_problem(1, 32768, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
-    for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
-        if cname.startswith("peer:"):
-            peer = available_peers("cuda")[cname[5:]]
-            fn = lambda: peer(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True)
-        else:
-            fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                        use_qk_l2norm=True, **CONFIGS[cname])
-        fn()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                fn()
+    for shape in os.environ.get("GDN_PROFILE_SHAPES", "1x32768").split(";"):
+        B, T = (int(x) for x in shape.split("x"))
+        q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+        for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
+            if cname.startswith("peer:"):
+                peer = available_peers("cuda")[cname[5:]]
+                fn = lambda: peer(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True)
+            else:
+                fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                            use_qk_l2norm=True, **CONFIGS[cname])
+            fn()
             torch.cuda.synchronize()
-        print(f"\nper-kernel CUDA time, {cname}, B1 x T32k (5 calls)")
-        for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
-            if e.device_time_total > 0:
-                print(f"  {e.key[:60]:<60} {e.device_time_total / 5e3:8.3f} ms a call")
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    fn()
+                torch.cuda.synchronize()
+            print(f"\nper-kernel CUDA time, {cname}, B{B} x T{T} (5 calls)")
+            for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
+                if e.device_time_total > 0:
+                    print(f"  {e.key[:60]:<60} {e.device_time_total / 5e3:8.3f} ms a call")
 
 
 def main() -> int:
