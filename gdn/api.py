@@ -39,7 +39,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
-            input is float64 and chunk_size is 16, 32 or 64, else "chunk".
+            input is float64 and chunk_size is 16, 32 or 64; on other devices "recurrent" for a
+            single token (T = 1: a decode step), else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 
@@ -115,7 +116,11 @@ def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
     if backend == "auto":
         # The kernels compute in float32 at best: float64 inputs get the exact float64 chunk algorithm.
         kernels_fit = on_cuda and not float64 and chunk_size in TRITON_CHUNK_SIZES
-        return "triton" if kernels_fit and not needs_grad and triton_available() else "chunk"
+        if kernels_fit and not needs_grad and triton_available():
+            return "triton"
+        if not on_cuda and tensors[0].shape[1] == 1:
+            return "recurrent"           # one token: the chunk algorithm's fixed costs are 2-9x the step (CPU)
+        return "chunk"
     if backend == "triton":
         if needs_grad:
             return "chunk"

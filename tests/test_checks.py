@@ -4,6 +4,7 @@ import torch
 
 import gdn
 from tests.reference import random_inputs
+from tests.tolerances import assert_close
 
 
 def inputs(B=1, T=8, H=2, HV=4, K=8, V=6):
@@ -89,3 +90,17 @@ def test_auto_picks_chunk_for_chunk_sizes_the_kernels_lack(monkeypatch):
     monkeypatch.setattr(gdn.api, "triton_available", lambda: True)
     assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=64) == "triton"
     assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=128) == "chunk"
+
+
+def test_auto_runs_a_single_cpu_token_token_by_token():
+    """A decode step (T = 1) on the CPU runs the recurrence: the chunk algorithm's fixed costs are
+    several times one step. Same result as the chunk algorithm."""
+    from gdn.api import resolve_backend
+    q, k, v, g, beta, S0 = random_inputs(2, 1, 2, 4, 16, 16, initial_state=True, seed=3)
+    assert resolve_backend("auto", q) == "recurrent"
+    assert resolve_backend("auto", torch.cat([q, q], dim=1)) == "chunk"
+    o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    o_c, S_c = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
+                                    use_qk_l2norm=True, backend="chunk")
+    assert_close(o, o_c, name="o")
+    assert_close(S, S_c, name="S")
