@@ -32,14 +32,23 @@ def recurrent_forward(q, k, v, g, beta, scale: float, initial_state=None, chunk_
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
     q, k, v, g, beta = to_grouped(q, k, v, g, beta)
+    G = HV // H
     S = grouped_initial_state(initial_state, B, H, HV, K, V, like=q)
+    # Without autograd the state is updated in place (a copy of the caller's): one pass over it for
+    # the decay and one for the write a token, no temporaries (a decode step is mostly these passes).
+    in_place = not (torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, g, beta, S)))
+    S = S.clone(memory_format=torch.contiguous_format) if in_place else S.contiguous()
     outputs = []
     for t in range(T):
         k_t = k[:, :, :, t, None, :]                                   # [B, H, 1, 1, K]
-        S = S * g[:, :, :, t, None, None].exp()                        # decay first
+        decay = g[:, :, :, t, None, None].exp()
+        S = S.mul_(decay) if in_place else S * decay                   # decay first
         predicted = (k_t @ S).squeeze(-2)                              # [B, H, G, V] = S^T k
         u = beta[:, :, :, t, None] * (v[:, :, :, t] - predicted)       # what the token really writes
-        S = S + k_t.transpose(-1, -2) * u.unsqueeze(-2)                # rank-1 write k u^T
+        # The rank-1 write S + k u^T as one batched product with a length-1 inner dimension.
+        k_col = k_t.transpose(-1, -2).expand(B, H, G, K, 1).reshape(-1, K, 1)
+        S3, u_row = S.view(-1, K, V), u.reshape(-1, 1, V)
+        S = (S3.baddbmm_(k_col, u_row) if in_place else S3.baddbmm(k_col, u_row)).view(B, H, G, K, V)
         outputs.append(scale * (q[:, :, :, t, None, :] @ S).squeeze(-2))
     o = torch.stack(outputs, dim=3) if T else v.new_empty(v.shape)      # [B, H, G, T, V]
     return from_grouped_output(o), state_from_grouped(S)
