@@ -153,7 +153,9 @@ def kernels() -> None:
 
 
 def timing() -> None:
-    shapes = SHAPES
+    """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k)."""
+    names = os.environ.get("GDN_TIME_SHAPES")
+    shapes = [tuple(int(x) for x in s.split("x")) for s in names.split(";")] if names else SHAPES
     print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
     for cname, kw in selected_configs().items():
