@@ -18,14 +18,14 @@ import torch
 L2NORM_EPS = 1e-6
 
 
-def l2norm_factors(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
-    """``1 / sqrt(sum(x**2, -1) + eps)`` ``[..., 1]`` dropped to ``[...]``: the per-row factor of l2norm."""
-    return torch.rsqrt(torch.linalg.vector_norm(x, dim=-1).square() + eps)
-
-
 def l2norm_factors_from_squares(sq: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
     """The l2norm factors ``1 / sqrt(sq + eps)`` from the rows' sums of squares ``sq``."""
     return torch.rsqrt(sq + eps)
+
+
+def l2norm_factors(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
+    """``1 / sqrt(sum(x**2, -1) + eps)`` ``[..., 1]`` dropped to ``[...]``: the per-row factor of l2norm."""
+    return l2norm_factors_from_squares(torch.linalg.vector_norm(x, dim=-1).square(), eps)
 
 
 def l2norm(x: torch.Tensor, eps: float = L2NORM_EPS) -> torch.Tensor:
