@@ -207,16 +207,17 @@ def _chunk_fwd_kernel(
             # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
             b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+            b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                    # -(q S)
             if ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-                b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-b_rq * scale * tl.exp(b_G))[:, None]
+                b_o = b_qS * (-b_rq * scale * tl.exp(b_G))[:, None]
                 b_P, b_P2, _ = _load_parts(rows_block(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
                                            rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
                                            rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
                 b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
                 b_o = dot_parts(b_P, b_P2, b_P2, SPLIT, b_u1, b_u2, b_u3, SPLIT, b_o)
             else:
-                b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None) * (-tl.exp(b_G))[:, None]
+                b_o = b_qS * (-tl.exp(b_G))[:, None]
                 # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
                 # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
                 o_i = tl.arange(0, BT)

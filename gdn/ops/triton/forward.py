@@ -275,10 +275,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         with _side_stream(q.device) as (main, side):
             for i in range(pieces):
                 wy_pass(bounds[i], bounds[i + 1] - bounds[i])
-                done = torch.cuda.Event() if q.is_cuda else None
-                if q.is_cuda:
-                    done.record(main)
-                    side.wait_event(done)
+                if q.is_cuda:                                  # the walk waits for this piece's WY pass
+                    side.wait_event(main.record_event())
                 with torch.cuda.stream(side) if q.is_cuda else contextlib.nullcontext():
                     state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry)
         return o, ht
