@@ -36,11 +36,17 @@ def reference(q, k, v, g, beta, S0, cu):
                             cu_seqlens=cu, use_qk_l2norm=True, backend="chunk")
 
 
+# GDN_CHECK_BASE: a config (configs.py) under every check of the correct section, which then checks
+# that config's kernels at every shape; a check's own knobs override it.
+BASE = CONFIGS[os.environ["GDN_CHECK_BASE"]] if os.environ.get("GDN_CHECK_BASE") else {}
+
+
 def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, **kw):
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
     N = B if cu is None else len(cu) - 1
     S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
+    kw = {**BASE, **kw}
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
                           cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
@@ -199,9 +205,22 @@ def profile() -> None:
                     print(f"  {e.key[:60]:<60} {e.device_time_total / 5e3:8.3f} ms a call")
 
 
+def once() -> None:
+    """One call of each config in GDN_CONFIGS at GDN_ONCE ("BxT", default 1x4096), after one call to
+    compile it: for ncu, which profiles the kernels of the second call (--launch-skip), and for
+    compute-sanitizer."""
+    B, T = (int(x) for x in os.environ.get("GDN_ONCE", "1x4096").split("x"))
+    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+    for cname, kw in selected_configs().items():
+        for _ in range(2):
+            triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True, **kw)
+        torch.cuda.synchronize()
+        print(f"once: {cname} B{B} x T{T} ran", flush=True)
+
+
 def main() -> int:
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
-    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile)
+    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once)
     for name in sys.argv[1:] or sections:
         sections[name]()
     print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")

@@ -7,9 +7,10 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   values. No truncation, whatever the gates.
 * ``_chunk_fwd_kernel``: grid (V blocks, sequences x value heads, segments). One program walks the
   chunks of one segment (or of one piece: chunks C_BEGIN .. C_END - 1) with a K x BV block of the
-  state in registers: U = u - w S, outputs O = (q e^G) S + P U, then S <- e^{G_C} S +
-  (k e^{G_C - G})^T U. Segment p first folds the maps of segments 0..p-1 onto the initial state.
-  Nothing per chunk is written but o.
+  state in registers: the writes U = u - w S (or, by default on the bf16 path, U = T diag(beta)
+  (v - diag(r_k e^G) k S) from the WY pass's T: it then stores 16 KB a chunk-head instead of w and u's
+  64 KB), outputs O = (q e^G) S + P U, then S <- e^{G_C} S + (k e^{G_C - G})^T U. Segment p first
+  folds the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading w as bf16 parts and the l2-norm factors of q and k from
@@ -137,20 +138,22 @@ def _segment_maps_kernel(
 
 @triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
-    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B, cu_seqlens,
-    scale, T, L, P, C_BEGIN, C_END,
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
+    cu_seqlens, scale, T, L, P, C_BEGIN, C_END,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
-    HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False,
+    HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
     dtype with FAST_DOTS. ATTN_IN (split path): the output attention P (two bf16 parts at attn, attn2;
-    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass."""
+    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. T_IN (with ATTN_IN):
+    the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of w and u, and
+    the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S))."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -193,9 +196,13 @@ def _chunk_fwd_kernel(
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
             q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
             rq, rk, SPLIT > 0)
-        b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
-        b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
-                      padding_option="zero")
+        if T_IN:     # the values in u's place: U is formed from them below
+            b_u = tl.load(rows_block(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
+                          padding_option="zero")
+        else:
+            b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
+            b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
+                          padding_option="zero")
         if SPLIT > 0:
             if ATTN_IN:
                 # G as the WY pass stored it (no scan here); rows past the end take G_last (identity rows).
@@ -206,7 +213,17 @@ def _chunk_fwd_kernel(
                 b_G = tl.cumsum(b_g, axis=0)
             # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
-            b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+            if T_IN:
+                # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
+                b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
+                b_Z += b_u.to(tl.float32)
+                b_T, b_T2, _ = _load_parts(rows_block(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
+                                           rows_block(tb2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
+                                           rows_block(tb2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
+                b_z1, b_z2, b_z3 = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
+                b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
+            else:
+                b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
             b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                    # -(q S)
             if ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).

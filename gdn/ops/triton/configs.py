@@ -2,21 +2,24 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v4 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v5 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
-bf16 parts), the output attention formed by the WY pass, and on a GPU the WY pass of one piece of
-the sequence run beside the state walk of the previous piece. "v3" and "v2" are the earlier defaults
-(v2: fp32 tiles, tf32 products), "old" v2 as first measured. The rest vary one knob of the default.
+bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk,
+and on a GPU the WY pass of one piece of the sequence run beside the state walk of the previous
+piece. "v4", "v3" and "v2" are the earlier defaults (v2: fp32 tiles, tf32 products), "old" v2 as
+first measured. The rest vary one knob of the default.
 """
 import torch
 
-SPLIT = dict(inverse="blocks", wy_split=2, state_split=2, attention="stored")   # the defaults, spelled out
+SPLIT = dict(inverse="blocks", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
+V4 = dict(SPLIT, factors="wu")
 V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
 V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
 OLD = dict(V2, inverse="substitution")
 
 CONFIGS = {
     "default": {},
+    "v4": V4,
     "v3": V3,
     "v2": V2,
     "old": OLD,
@@ -34,7 +37,7 @@ CONFIGS = {
     "pieces 16": dict(pieces=16),
     # the walk's shape: state columns a program, pipeline stages, segments, warps
     "bv32 st2": dict(block_v=32, walk_stages=2),
-    "bv32 st1": dict(block_v=32, walk_stages=1),
+    "bv32 st1": dict(block_v=32, walk_stages=1),     # crashes on an H200 at B1 x T32k (NOTES.md v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
     "bv16 st1": dict(block_v=16, walk_stages=1),
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),

@@ -1,9 +1,11 @@
 """The launcher of the Triton forward of Gated DeltaNet: a parallel WY pass, then a state walk
 that writes the outputs.
 
-1. ``wy_kernel`` (gdn.ops.triton.wy): every chunk of every sequence and head at once: the WY factors
-   w [tokens, HV, K] and u [tokens, HV, V] (they do not depend on the state); on the bf16 path by
-   default also each chunk's output attention P = (q k^T . D), scaled, and the cumulative decays G.
+1. ``wy_kernel`` (gdn.ops.triton.wy): every chunk of every sequence and head at once, what does not
+   depend on the state: on the bf16 path by default T diag(beta) = (I + A)^-1 diag(beta) [tokens, HV,
+   BT] (the walk forms the writes U = T diag(beta) (v - diag(r e^G) k S) from it), each chunk's
+   output attention P = (q k^T . D), scaled, and the cumulative decays G; otherwise the WY factors
+   w [tokens, HV, K] and u [tokens, HV, V] (U = u - w S).
 2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
    GPU, the affine maps that join the segments of a sequence exactly.
 3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs.
@@ -100,7 +102,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", pieces=None, out=None):
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None, pieces=None,
+                   out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -117,7 +120,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
     segment maps; 0 turns a split path off. ``attention="stored"`` (the default; split paths only)
     has the WY pass form each chunk's output attention and store it for the walk; "walk" forms it in
-    the walk (v3). The split walk uses ``block_v`` columns of the state per program and
+    the walk (v3). ``factors`` (split path with stored attention, one segment): "t" (the default
+    there) has the WY pass store T diag(beta) (16 KB a chunk-head in two bf16 parts) and the walk
+    form U = T diag(beta) (v - diag(r_k e^G) k S) itself; "wu" has it store w and u (64 KB) for
+    U = u - w S (v4; the segment maps always read w and u). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
@@ -201,24 +207,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                   DOT_DTYPE=dot_dtype, num_warps=num_warps, num_stages=num_stages)
     dummy = o
 
-    # 1. WY factors of every chunk, in parallel. The split state walk reads w as bf16 parts and the
-    #    l2-norm factors of q and k from here.
-    if state_split > 0:
-        w_parts = torch.empty(state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
-        w, w2, w3 = w_parts[0], w_parts[1], w_parts[state_split - 1]
-        rq = rk = dummy
-        if use_qk_l2norm:
-            rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
-            rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
-    else:
-        w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
-        w2 = w3 = rq = rk = dummy
-    u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
-    Gc = attn = attn2 = dummy
-    if attn_in:
-        Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
-        attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
-        attn, attn2 = attn_parts[0], attn_parts[1]
     # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
     if cu_seqlens is not None:
         P = 1                      # packed sequences: parallel over sequences x heads already
@@ -229,6 +217,34 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
         P = triton.cdiv(NT, L)     # no empty segments
+    # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
+    # (split path with stored attention, one segment: the segment maps read w and u).
+    if factors not in (None, "wu", "t"):
+        raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
+    t_in = attn_in and P == 1 and factors != "wu"
+
+    # 1. WY factors of every chunk, in parallel. The split state walk reads w as bf16 parts and the
+    #    l2-norm factors of q and k from here.
+    w = w2 = w3 = u = rq = rk = tb = tb2 = dummy
+    if state_split > 0:
+        if t_in:
+            tb_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
+            tb, tb2 = tb_parts[0], tb_parts[1]
+        else:
+            w_parts = torch.empty(state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
+            w, w2, w3 = w_parts[0], w_parts[1], w_parts[state_split - 1]
+        if use_qk_l2norm:
+            rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+            rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+    else:
+        w = torch.empty(B, T, HV, K, dtype=wy_dtype, device=q.device)
+    if not t_in:
+        u = torch.empty(B, T, HV, V, dtype=torch.float32 if state_split > 0 else wy_dtype, device=q.device)
+    Gc = attn = attn2 = dummy
+    if attn_in:
+        Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+        attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
+        attn, attn2 = attn_parts[0], attn_parts[1]
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
@@ -246,12 +262,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         wy_kernel[(slots, HV)](
-            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, scale, chunk_offsets,
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets,
             dummy if cu_seqlens is None else cu_seqlens, T, n_chunks, N, slots, c_first,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
-            STORE_ATTN=attn_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+            STORE_ATTN=attn_in, STORE_T=t_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
@@ -260,12 +276,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and,
         when h_out is given, the state after the last chunk."""
         _chunk_fwd_kernel[(NV, N * HV, P)](
-            q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, o, dummy if h_in is None else h_in,
+            q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P,
             c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
             STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
-            ATTN_IN=attn_in, **walk_launch)
+            ATTN_IN=attn_in, T_IN=t_in, **walk_launch)
 
     if pieces > 1:
         # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one

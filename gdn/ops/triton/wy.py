@@ -174,12 +174,13 @@ def store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i
 
 @triton.jit
 def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
+                     t_out, t2_out,
                      scale, tok0, t0, T_seq, i_h, i_hv,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
-                     STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr):
+                     STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False):
     """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
     are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order;
     the queries', needed only here, are a plain sum of squares),
@@ -187,7 +188,10 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
     STORE_ATTN: also the cumulative log-decays G [tokens, HV] and the chunk's output attention
-    (store_attention)."""
+    (store_attention). STORE_T: instead of w and u, T diag(beta) [BT, BT] as two bf16 parts at t_out,
+    t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk then forms
+    U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass neither
+    reads v nor writes the 64 KB of w and u a chunk-head."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -217,6 +221,11 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                         H, HV, K, BT, BK, DOT_DTYPE)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
     b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
+    if STORE_T:
+        o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
+        store_parts(t_out + o_tt, t2_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :],
+                    m_t[:, None] & (o_t < BT)[None, :], 2)
+        return
     o_c = tl.arange(0, BC)
     b_Tu = b_T * b_beta[None, :]
     for c0 in tl.static_range(0, BV, BC):
@@ -266,14 +275,14 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.
 
 @triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
-    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, scale,
-    chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS, C0,
+    q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
+    scale, chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
-    STORE_ATTN: tl.constexpr = False,
+    STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype) for one chunk of one value head.
     Grid: (chunk slots, HV).
@@ -284,7 +293,8 @@ def wy_kernel(
     factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles.
     STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
     [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
-    log-decays G at G_out [tokens, HV], so the walk forms neither."""
+    log-decays G at G_out [tokens, HV], so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
+    at t_out, t2_out instead of w and u (wy_split_factors)."""
     i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
@@ -292,8 +302,8 @@ def wy_kernel(
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
-                         scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
-                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN)
+                         t_out, t2_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
+                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T)
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

@@ -118,8 +118,8 @@ def test_triton_bf16_variants(variant):
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-6, name="S")
 
 
-@pytest.mark.parametrize("attention", ["walk", "stored"])
-def test_triton_bf16_pieces(attention):
+@pytest.mark.parametrize("attention, factors", [("walk", "wu"), ("stored", "wu"), ("stored", "t")])
+def test_triton_bf16_pieces(attention, factors):
     """The WY pass and the walk cut into pieces of chunks (on a GPU the WY pass of one piece runs
     beside the walk of the previous one): the state carried across pieces, from an initial state
     and without one, uneven pieces (7 chunks in 3 pieces)."""
@@ -130,7 +130,8 @@ def test_triton_bf16_pieces(attention):
         o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
         o = torch.full_like(v, float("nan"))
         o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=h0, output_final_state=True,
-                              use_qk_l2norm=True, chunk_size=32, pieces=3, out=o, **dict(SPLIT, attention=attention))
+                              use_qk_l2norm=True, chunk_size=32, pieces=3, out=o,
+                              **dict(SPLIT, attention=attention, factors=factors))
         assert_close(o, o_ref, rtol=1e-2, name="o")
         assert_close(S, S_ref, rtol=1e-4, name="S")
     o2, none = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, use_qk_l2norm=True, chunk_size=32, pieces=3)
@@ -164,8 +165,27 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
+@pytest.mark.parametrize("factors", ["t", "wu"])
+@pytest.mark.parametrize("C, l2norm", [(16, True), (32, False), (64, True)])
+def test_triton_bf16_factors(factors, C, l2norm):
+    """What the WY pass hands the walk, in one segment: T diag(beta), from which the walk forms the
+    writes U = T diag(beta) (v - diag(r e^G) k S) (the default), or w and u (U = u - w S)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(2, 150, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
+                                         seed=C + 3 * l2norm, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm)
+    o = torch.full_like(v, float("nan"))
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=l2norm, chunk_size=C, num_segments=1, out=o, **dict(SPLIT, factors=factors))
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
+    with pytest.raises(ValueError, match="factors must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, factors="w")
+
+
+@pytest.mark.parametrize("factors", ["t", "wu"])
 @pytest.mark.parametrize("attention", ["walk", "stored"])
-def test_triton_bf16_varlen_with_empty_sequences(attention):
+def test_triton_bf16_varlen_with_empty_sequences(attention, factors):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
     next sequence (block pointers bounded by the sequence length)."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
@@ -174,7 +194,8 @@ def test_triton_bf16_varlen_with_empty_sequences(attention):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32, **dict(SPLIT, attention=attention))
+                          cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32,
+                          **dict(SPLIT, attention=attention, factors=factors))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
