@@ -5,8 +5,14 @@ Every check draws fresh random inputs, poisons the output buffer with NaN before
 copies the results on the caller's stream before synchronizing (so a missing stream dependency
 shows as NaN), and compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
 plain recurrence by the test suite). Run on the GPU machine:
-    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile]     (default: all four)
-GDN_CONFIGS="default;split" limits the kernels/time sections to those configurations.
+    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once]   (default: all)
+Environment (names of gdn/ops/triton/configs.py, ";"-separated):
+    GDN_CONFIGS          the configs of the kernels, time and once sections
+    GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
+    GDN_CHECK_BASE       one config under every check of the correct section
+    GDN_CHECK_ONLY       only the checks whose name contains this text
+    GDN_TIME_SHAPES      "BxT;BxT" of the time section; GDN_PROFILE_SHAPES / _CONFIGS of the profile
+                         section ("peer:fla", "peer:flashqla" profile a peer); GDN_ONCE the once section's
 """
 from __future__ import annotations
 
@@ -42,6 +48,8 @@ BASE = CONFIGS[os.environ["GDN_CHECK_BASE"]] if os.environ.get("GDN_CHECK_BASE")
 
 
 def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, **kw):
+    if os.environ.get("GDN_CHECK_ONLY", "") not in name:     # GDN_CHECK_ONLY: checks whose name has it
+        return None
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
     N = B if cu is None else len(cu) - 1
@@ -114,7 +122,7 @@ def kernel_line(name, grid, kernel):
 
 def correctness() -> None:
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
-    for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v3;v2;wy3;bv64 st1;bv32 st2;bv16 st1;wy3 + v2 walk;attention walk").split(";"):
+    for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v4;v3;v2;wy3;bv64 st1;bv32 st2;wy3 + v2 walk;attention walk").split(";"):
         check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
     check("bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16)
     check("bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7)

@@ -139,7 +139,7 @@ def _segment_maps_kernel(
 @triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
-    cu_seqlens, scale, T, L, P, C_BEGIN, C_END,
+    cu_seqlens, seq_order, scale, T, L, P, C_BEGIN, C_END,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
@@ -151,13 +151,18 @@ def _chunk_fwd_kernel(
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
     dtype with FAST_DOTS. ATTN_IN (split path): the output attention P (two bf16 parts at attn, attn2;
-    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. T_IN (with ATTN_IN):
+    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. IS_VARLEN: program
+    row i walks sequence seq_order[i // HV] (the launcher orders them longest first). T_IN (with ATTN_IN):
     the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of w and u, and
     the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S))."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
     if IS_VARLEN:
+        # Longest sequences first (seq_order [N]): programs start in launch order, and a long walk
+        # started in the last wave would end the kernel alone.
+        i_n = tl.load(seq_order + i_n)
+        i_nh = i_n * HV + i_hv
         tok0 = tl.load(cu_seqlens + i_n).to(tl.int64)
         T_seq = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - tok0).to(tl.int32)
     else:

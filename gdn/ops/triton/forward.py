@@ -251,9 +251,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     pieces = max(1, min(int(pieces), NT))
 
     if cu_seqlens is None:
-        chunk_offsets, log_n = dummy, 0
+        chunk_offsets, log_n, seq_order = dummy, 0, dummy
     else:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
+        # The walk takes the longest sequences first (on the device: no host sync).
+        seq_order = torch.argsort(lengths, descending=True, stable=True).to(torch.int32)
         chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
         log_n = max(1, N.bit_length())
@@ -278,7 +280,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _chunk_fwd_kernel[(NV, N * HV, P)](
             q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
-            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, scale, T, L, P,
+            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, scale, T, L, P,
             c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
             STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
             ATTN_IN=attn_in, T_IN=t_in, **walk_launch)
