@@ -216,8 +216,11 @@ def _chunk_fwd_kernel(
             else:
                 b_G_last = tl.sum(b_g, axis=0)
                 b_G = tl.cumsum(b_g, axis=0)
-            # The parts of -S serve both products with S: U = u + w (-S), and q S = -(q (-S)).
+            # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)),
+            # formed first so that the parts of S are dead before the writes' products (the wide walk
+            # spilled 268 B a thread with q S last, 200 with it first: compile report, NOTES.md v5).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
+            b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                    # -(q S)
             if T_IN:
                 # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
                 b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
@@ -229,7 +232,6 @@ def _chunk_fwd_kernel(
                 b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
             else:
                 b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                    # -(q S)
             if ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
                 b_o = b_qS * (-b_rq * scale * tl.exp(b_G))[:, None]

@@ -29,6 +29,8 @@ CONFIGS = {
     "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
     "wy product": dict(inverse="product"),
+    "inverse bf16": dict(inverse="blocks bf16"),     # v6 candidate: two-part bf16 products, not tf32x3
+    "inverse bf16 168": dict(inverse="blocks bf16", wy_maxnreg=168),    # v6 candidate: 3 WY programs an SM
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)

@@ -109,8 +109,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
-    gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
+    how the in-chunk triangular inverse is formed ("blocks", "blocks bf16" (split WY pass
+    only), "product" or "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
     v4; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
@@ -181,6 +181,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
+    if inverse == "blocks bf16" and wy_split == 0:
+        raise ValueError("inverse='blocks bf16' needs the split WY pass (bf16 inputs, wy_split 2 or 3)")
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():

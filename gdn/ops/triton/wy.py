@@ -59,11 +59,23 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
 
 
 @triton.jit
-def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr):
+def _inverse_dot(a, b, BF16: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """A product of the inverse's fp32 tiles: tf32x3, or (BF16) both cut into two bf16 parts (16 bits,
+    three bf16 products at half tf32's cost and operands of half the registers)."""
+    if BF16:
+        return split_dot(a, b, None, 2, True, True, DOT_DTYPE)
+    else:
+        return tl.dot(a, b, input_precision="tf32x3")
+
+
+@triton.jit
+def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
+                              BF16: tl.constexpr = False, DOT_DTYPE: tl.constexpr = tl.bfloat16):
     """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
-    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain."""
+    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain.
+    Products at tf32x3, or with BF16 as two-part bf16 products (_inverse_dot)."""
     NB: tl.constexpr = BT // BLOCK
     o_i = tl.arange(0, BT)
     o_b = tl.arange(0, NB)
@@ -73,32 +85,32 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
     b_Ad = tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
     eye_d = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, BLOCK, BLOCK], tl.float32)
-    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 as in the 2-D form.
+    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 (or BF16) as in the 2-D form.
     b_X = eye_d - b_Ad
     b_P = b_Ad
     for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
-        b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
-        b_X = tl.dot(b_X, eye_d + b_P, input_precision="tf32x3")
+        b_P = _inverse_dot(b_P, b_P, BF16, DOT_DTYPE)
+        b_X = _inverse_dot(b_X, eye_d + b_P, BF16, DOT_DTYPE)
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
-    b_N = tl.reshape(tl.dot(b_X, b_Aoff, input_precision="tf32x3"), [BT, BT])
+    b_N = tl.reshape(_inverse_dot(b_X, b_Aoff, BF16, DOT_DTYPE), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
     for _ in tl.static_range(1, LOG_BLOCKS):
-        b_P2 = tl.dot(b_P2, b_P2, input_precision="tf32x3")
-        b_R = tl.dot(b_R, eye + b_P2, input_precision="tf32x3")
+        b_P2 = _inverse_dot(b_P2, b_P2, BF16, DOT_DTYPE)
+        b_R = _inverse_dot(b_R, eye + b_P2, BF16, DOT_DTYPE)
     # T = R X: column block c of T is (column block c of R) X_c.
     b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
-    b_T3 = tl.dot(b_R3, b_X, input_precision="tf32x3")
+    b_T3 = _inverse_dot(b_R3, b_X, BF16, DOT_DTYPE)
     return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
 
 
 @triton.jit
 def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                       INVERSE: tl.constexpr):
+                       INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr = tl.bfloat16):
     """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
 
     1. The BLOCK x BLOCK diagonal blocks, all at once: INVERSE="substitution" by forward substitution
@@ -107,10 +119,13 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
        only, at tf32x3 because the partial products can exceed the inverse's entries).
     2. With X = (I + A_diag)^-1 and N = X A_off (strictly block-lower, so N^(BT/BLOCK) = 0):
        (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
-    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
+    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks);
+    "blocks bf16" the same with two-part bf16 products (bf16 inputs: DOT_DTYPE).
     """
     if INVERSE == "blocks":
         return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS)
+    if INVERSE == "blocks bf16":
+        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True, DOT_DTYPE)
     o_i = tl.arange(0, BT)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
@@ -220,7 +235,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
                         H, HV, K, BT, BK, DOT_DTYPE)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
+    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, DOT_DTYPE)
     if STORE_T:
         o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
         store_parts(t_out + o_tt, t2_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :],

@@ -94,6 +94,7 @@ BF16_VARIANTS = [
     dict(attention="walk", block_v=64, walk_stages=1),
     dict(fast_dots=True),
     dict(state_split=0),                              # an fp32 walk: w and u then default to fp32-exact
+    dict(inverse="blocks bf16"),                      # the inverse's products in two bf16 parts (v6 candidate)
 ]
 
 
@@ -181,6 +182,8 @@ def test_triton_bf16_factors(factors, C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
     with pytest.raises(ValueError, match="factors must be"):
         triton_forward(q, k, v, g, beta, scale=0.25, factors="w")
+    with pytest.raises(ValueError, match="blocks bf16"):
+        triton_forward(q.float(), k.float(), v.float(), g, beta, scale=0.25, inverse="blocks bf16")
 
 
 @pytest.mark.parametrize("factors", ["t", "wu"])
