@@ -145,24 +145,27 @@ def _chunk_fwd_kernel(
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
+    QS_FIRST: tl.constexpr = False, LONGEST_FIRST: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
     dtype with FAST_DOTS. ATTN_IN (split path): the output attention P (two bf16 parts at attn, attn2;
-    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. IS_VARLEN: program
-    row i walks sequence seq_order[i // HV] (the launcher orders them longest first). T_IN (with ATTN_IN):
+    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. IS_VARLEN with
+    LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders them longest
+    first). T_IN (with ATTN_IN):
     the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of w and u, and
     the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S))."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
     if IS_VARLEN:
-        # Longest sequences first (seq_order [N]): programs start in launch order, and a long walk
-        # started in the last wave would end the kernel alone.
-        i_n = tl.load(seq_order + i_n)
-        i_nh = i_n * HV + i_hv
+        if LONGEST_FIRST:
+            # Longest sequences first (seq_order [N]): programs start in launch order, and a long
+            # walk started in the last wave would end the kernel alone.
+            i_n = tl.load(seq_order + i_n)
+            i_nh = i_n * HV + i_hv
         tok0 = tl.load(cu_seqlens + i_n).to(tl.int64)
         T_seq = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - tok0).to(tl.int32)
     else:
@@ -216,11 +219,12 @@ def _chunk_fwd_kernel(
             else:
                 b_G_last = tl.sum(b_g, axis=0)
                 b_G = tl.cumsum(b_g, axis=0)
-            # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)),
-            # formed first so that the parts of S are dead before the writes' products (the wide walk
-            # spilled 268 B a thread with q S last, 200 with it first: compile report, NOTES.md v5).
+            # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
+            # QS_FIRST forms q S before the writes' products, so the parts of S die earlier (the wide
+            # walk spills 200 B a thread instead of 268: compile report, NOTES.md v5; not yet timed).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
-            b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                    # -(q S)
+            if QS_FIRST:
+                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if T_IN:
                 # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
                 b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
@@ -232,6 +236,8 @@ def _chunk_fwd_kernel(
                 b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
             else:
                 b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+            if not QS_FIRST:
+                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
                 b_o = b_qS * (-b_rq * scale * tl.exp(b_G))[:, None]

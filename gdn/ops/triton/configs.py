@@ -31,6 +31,9 @@ CONFIGS = {
     "wy product": dict(inverse="product"),
     "inverse bf16": dict(inverse="blocks bf16"),     # v6 candidate: two-part bf16 products, not tf32x3
     "inverse bf16 168": dict(inverse="blocks bf16", wy_maxnreg=168),    # v6 candidate: 3 WY programs an SM
+    "qs first": dict(qs_first=True),                 # v6 candidate: q S before the writes' products
+    "longest first": dict(longest_first=True),       # v6 candidate: varlen walks long sequences first
+    "v6 candidates": dict(inverse="blocks bf16", qs_first=True, longest_first=True),
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)

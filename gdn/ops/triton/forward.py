@@ -102,7 +102,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None, pieces=None,
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None, qs_first=False,
+                   longest_first=False, pieces=None,
                    out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
@@ -123,7 +124,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     the walk (v3). ``factors`` (split path with stored attention, one segment): "t" (the default
     there) has the WY pass store T diag(beta) (16 KB a chunk-head in two bf16 parts) and the walk
     form U = T diag(beta) (v - diag(r_k e^G) k S) itself; "wu" has it store w and u (64 KB) for
-    U = u - w S (v4; the segment maps always read w and u). The split walk uses ``block_v`` columns of the state per program and
+    U = u - w S (v4; the segment maps always read w and u). Two candidates of v6 (compiled and
+    interpreter-tested, not yet timed on a GPU; benchmarks/NOTES.md v5): ``qs_first`` (split walk)
+    forms q S before the writes' products, ``longest_first`` (varlen) walks the longest sequences
+    first. The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
@@ -256,8 +260,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         chunk_offsets, log_n, seq_order = dummy, 0, dummy
     else:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
-        # The walk takes the longest sequences first (on the device: no host sync).
-        seq_order = torch.argsort(lengths, descending=True, stable=True).to(torch.int32)
+        seq_order = dummy
+        if longest_first:          # the walk takes the longest sequences first (on the device: no host sync)
+            seq_order = torch.argsort(lengths, descending=True, stable=True).to(torch.int32)
         chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
         log_n = max(1, N.bit_length())
@@ -285,7 +290,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, scale, T, L, P,
             c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
             STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
-            ATTN_IN=attn_in, T_IN=t_in, **walk_launch)
+            ATTN_IN=attn_in, T_IN=t_in, QS_FIRST=qs_first, LONGEST_FIRST=longest_first and cu_seqlens is not None,
+            **walk_launch)
 
     if pieces > 1:
         # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one

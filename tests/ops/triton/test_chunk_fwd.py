@@ -95,6 +95,7 @@ BF16_VARIANTS = [
     dict(fast_dots=True),
     dict(state_split=0),                              # an fp32 walk: w and u then default to fp32-exact
     dict(inverse="blocks bf16"),                      # the inverse's products in two bf16 parts (v6 candidate)
+    dict(qs_first=True),                              # q S before the writes' products (v6 candidate)
 ]
 
 
@@ -166,9 +167,9 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
-@pytest.mark.parametrize("factors", ["t", "wu"])
+@pytest.mark.parametrize("factors, qs_first", [("t", False), ("wu", False), ("t", True)])
 @pytest.mark.parametrize("C, l2norm", [(16, True), (32, False), (64, True)])
-def test_triton_bf16_factors(factors, C, l2norm):
+def test_triton_bf16_factors(factors, qs_first, C, l2norm):
     """What the WY pass hands the walk, in one segment: T diag(beta), from which the walk forms the
     writes U = T diag(beta) (v - diag(r e^G) k S) (the default), or w and u (U = u - w S)."""
     from gdn.ops.triton import triton_forward
@@ -177,7 +178,8 @@ def test_triton_bf16_factors(factors, C, l2norm):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm)
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=l2norm, chunk_size=C, num_segments=1, out=o, **dict(SPLIT, factors=factors))
+                          use_qk_l2norm=l2norm, chunk_size=C, num_segments=1, out=o,
+                          **dict(SPLIT, factors=factors, qs_first=qs_first))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     with pytest.raises(ValueError, match="factors must be"):
@@ -186,11 +188,13 @@ def test_triton_bf16_factors(factors, C, l2norm):
         triton_forward(q.float(), k.float(), v.float(), g, beta, scale=0.25, inverse="blocks bf16")
 
 
-@pytest.mark.parametrize("factors", ["t", "wu"])
+@pytest.mark.parametrize("factors, longest_first", [("t", False), ("wu", False), ("t", True)])
 @pytest.mark.parametrize("attention", ["walk", "stored"])
-def test_triton_bf16_varlen_with_empty_sequences(attention, factors):
+def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_first):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
-    next sequence (block pointers bounded by the sequence length)."""
+    next sequence (block pointers bounded by the sequence length). longest_first: the walk takes the
+    sequences in another order (lengths 0, 17, 47, 0, 86 -> 86, 47, 17, 0, 0); each still gets its own
+    state."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
     q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          N=5, seed=5, device=DEVICE)
@@ -198,7 +202,7 @@ def test_triton_bf16_varlen_with_empty_sequences(attention, factors):
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32,
-                          **dict(SPLIT, attention=attention, factors=factors))
+                          **dict(SPLIT, attention=attention, factors=factors, longest_first=longest_first))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
