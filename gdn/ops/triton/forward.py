@@ -102,19 +102,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None, qs_first=False,
-                   longest_first=False, pieces=None,
-                   out=None):
+                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
+                   qs_first=False, longest_first=False, pieces=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed ("blocks", "blocks bf16" (split WY pass
-    only), "product" or "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
+    how the in-chunk triangular inverse is formed ("blocks", "blocks bf16" (split WY pass only),
+    "product" or "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
+    in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
-    v4; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
+    v5; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
     bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
     ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
     exact as fp32, when the walk is not split and so keeps fp32),
