@@ -13,8 +13,8 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   folds the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
-fp32 operands cut into bf16 parts), reading w as bf16 parts and the l2-norm factors of q and k from
-the WY pass, so the walk loads nothing it must convert, and its loads are pipelined straight into
+fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
+factors of q and k from the WY pass, so the walk loads nothing it must convert, and its loads are pipelined straight into
 shared memory (``walk_stages``). benchmarks/compile_report.py shows what each variant costs in
 registers, spills and shared memory; benchmarks/NOTES.md what each one measured.
 

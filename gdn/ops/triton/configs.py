@@ -7,7 +7,7 @@ H200): the bf16-split paths (every product on bf16 matrix units, the computed fp
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk,
 and on a GPU the WY pass of one piece of the sequence run beside the state walk of the previous
 piece. "v4", "v3" and "v2" are the earlier defaults (v2: fp32 tiles, tf32 products), "old" v2 as
-first measured. The rest vary one knob of the default.
+first measured. The rest vary one knob of the default ("v6 candidates": the two not yet timed).
 """
 import torch
 
@@ -29,11 +29,9 @@ CONFIGS = {
     "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
     "wy product": dict(inverse="product"),
-    "inverse bf16": dict(inverse="blocks bf16"),     # v6 candidate: two-part bf16 products, not tf32x3
-    "inverse bf16 168": dict(inverse="blocks bf16", wy_maxnreg=168),    # v6 candidate: 3 WY programs an SM
     "qs first": dict(qs_first=True),                 # v6 candidate: q S before the writes' products
     "longest first": dict(longest_first=True),       # v6 candidate: varlen walks long sequences first
-    "v6 candidates": dict(inverse="blocks bf16", qs_first=True, longest_first=True),
+    "v6 candidates": dict(qs_first=True, longest_first=True),
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)

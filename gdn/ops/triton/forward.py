@@ -109,8 +109,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed ("blocks", "blocks bf16" (split WY pass only),
-    "product" or "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
+    how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
+    gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
     in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
@@ -185,8 +185,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
-    if inverse == "blocks bf16" and wy_split == 0:
-        raise ValueError("inverse='blocks bf16' needs the split WY pass (bf16 inputs, wy_split 2 or 3)")
+    if inverse not in (None, "blocks", "product", "substitution"):
+        raise ValueError(f"inverse must be 'blocks', 'product' or 'substitution', got {inverse!r}")
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
@@ -229,8 +229,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
 
-    # 1. WY factors of every chunk, in parallel. The split state walk reads w as bf16 parts and the
-    #    l2-norm factors of q and k from here.
+    # 1. The state-free pass over every chunk, in parallel. The split state walk reads from it T diag(beta)
+    #    (or w) as bf16 parts and the l2-norm factors of q and k.
     w = w2 = w3 = u = rq = rk = tb = tb2 = dummy
     if state_split > 0:
         if t_in:

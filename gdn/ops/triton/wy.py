@@ -1,13 +1,16 @@
 """The chunk math of gdn.ops.wy in Triton: device functions and the parallel WY kernel.
 
-For one chunk of BT tokens (rows), with G the in-chunk cumulative log-decay:
+For one chunk of BT tokens (rows), with G the in-chunk cumulative log-decay and r the keys'
+l2-norm factors (ones without l2norm):
     D_ij = e^{G_i - G_j} for j <= i, else 0          (formed from non-positive exponents only)
-    A    = beta_i (k_i . k_j) D_ij for j < i           (strictly lower)
+    A    = beta_i r_i (k_i . k_j) r_j D_ij for j < i   (strictly lower)
     T    = (I + A)^-1
-    u    = T diag(beta) v,   w = T diag(beta e^G) k    (the WY factors; writes are U = u - w S)
+    u    = T diag(beta) v,   w = T diag(beta r e^G) k  (the WY factors; writes are U = u - w S)
 
-``wy_kernel`` computes u and w for every chunk of every sequence and head at once (they do not
-depend on the state), so the sequential state walk only multiplies.
+``wy_kernel`` computes for every chunk of every sequence and head at once what does not depend on
+the state, so the sequential state walk only multiplies: u and w, or (the default on the bf16 path)
+T diag(beta) itself, from which the walk forms U = T diag(beta) (v - diag(r e^G) k S), and the
+output attention.
 
 With bf16 inputs the products can run as split products (gdn.ops.triton.split_dot).
 """
@@ -59,23 +62,11 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
 
 
 @triton.jit
-def _inverse_dot(a, b, BF16: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """A product of the inverse's fp32 tiles: tf32x3, or (BF16) both cut into two bf16 parts (16 bits,
-    three bf16 products at half tf32's cost and operands of half the registers)."""
-    if BF16:
-        return split_dot(a, b, None, 2, True, True, DOT_DTYPE)
-    else:
-        return tl.dot(a, b, input_precision="tf32x3")
-
-
-@triton.jit
-def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                              BF16: tl.constexpr = False, DOT_DTYPE: tl.constexpr = tl.bfloat16):
+def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr):
     """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
-    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain.
-    Products at tf32x3, or with BF16 as two-part bf16 products (_inverse_dot)."""
+    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain."""
     NB: tl.constexpr = BT // BLOCK
     o_i = tl.arange(0, BT)
     o_b = tl.arange(0, NB)
@@ -85,32 +76,32 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
     b_Ad = tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
     eye_d = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, BLOCK, BLOCK], tl.float32)
-    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 (or BF16) as in the 2-D form.
+    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 as in the 2-D form.
     b_X = eye_d - b_Ad
     b_P = b_Ad
     for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
-        b_P = _inverse_dot(b_P, b_P, BF16, DOT_DTYPE)
-        b_X = _inverse_dot(b_X, eye_d + b_P, BF16, DOT_DTYPE)
+        b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
+        b_X = tl.dot(b_X, eye_d + b_P, input_precision="tf32x3")
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
-    b_N = tl.reshape(_inverse_dot(b_X, b_Aoff, BF16, DOT_DTYPE), [BT, BT])
+    b_N = tl.reshape(tl.dot(b_X, b_Aoff, input_precision="tf32x3"), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
     for _ in tl.static_range(1, LOG_BLOCKS):
-        b_P2 = _inverse_dot(b_P2, b_P2, BF16, DOT_DTYPE)
-        b_R = _inverse_dot(b_R, eye + b_P2, BF16, DOT_DTYPE)
+        b_P2 = tl.dot(b_P2, b_P2, input_precision="tf32x3")
+        b_R = tl.dot(b_R, eye + b_P2, input_precision="tf32x3")
     # T = R X: column block c of T is (column block c of R) X_c.
     b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
-    b_T3 = _inverse_dot(b_R3, b_X, BF16, DOT_DTYPE)
+    b_T3 = tl.dot(b_R3, b_X, input_precision="tf32x3")
     return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
 
 
 @triton.jit
 def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                       INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr = tl.bfloat16):
+                       INVERSE: tl.constexpr):
     """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
 
     1. The BLOCK x BLOCK diagonal blocks, all at once: INVERSE="substitution" by forward substitution
@@ -119,13 +110,10 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
        only, at tf32x3 because the partial products can exceed the inverse's entries).
     2. With X = (I + A_diag)^-1 and N = X A_off (strictly block-lower, so N^(BT/BLOCK) = 0):
        (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
-    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks);
-    "blocks bf16" the same with two-part bf16 products (bf16 inputs: DOT_DTYPE).
+    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
     """
     if INVERSE == "blocks":
         return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS)
-    if INVERSE == "blocks bf16":
-        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True, DOT_DTYPE)
     o_i = tl.arange(0, BT)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
@@ -196,9 +184,9 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False):
-    """w and u of one chunk from bf16 k and v, without fp32 copies of either: the l2-norms of the keys
-    are the diagonal of k k^T (the same exact products as a sum of squares, summed in another order;
-    the queries', needed only here, are a plain sum of squares),
+    """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
+    either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
+    squares, summed in another order; the queries', needed only here, are a plain sum of squares),
     and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
@@ -235,7 +223,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
                         H, HV, K, BT, BK, DOT_DTYPE)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, DOT_DTYPE)
+    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
     if STORE_T:
         o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
         store_parts(t_out + o_tt, t2_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :],
@@ -299,7 +287,8 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False,
 ):
-    """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype) for one chunk of one value head.
+    """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
+    chunk of one value head.
     Grid: (chunk slots, HV).
 
     WY_SPLIT = 0: fp32 tiles and tf32x3 products (any input dtype); 2 or 3 (bf16 inputs only):
