@@ -136,6 +136,7 @@ def run_bench(args) -> None:
                     print(f"  {label:>16} {gates:>8} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms", flush=True)
                 row["floor_ms"] = floor_ms(B, T, args.H, HV, args.K, args.V, 2) if on_gpu else None
                 rows.append(row)
+                _write_json(rows, args.out, machine)     # a run cut short keeps what it measured
     _print_table(rows, providers)
     _write(rows, args.out, machine)
 
@@ -155,11 +156,15 @@ def _print_table(rows, providers) -> None:
               " | ".join(ratios) + f" | {floor} |")
 
 
-def _write(rows, out: str, machine: str) -> None:
+def _write_json(rows, out: str, machine: str) -> None:
     os.makedirs(out, exist_ok=True)
     meta = dict(machine=machine, torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
     with open(os.path.join(out, "results.json"), "w") as fh:
         json.dump(dict(meta=meta, rows=rows), fh, indent=1)
+
+
+def _write(rows, out: str, machine: str) -> None:
+    _write_json(rows, out, machine)
     try:
         import matplotlib
         matplotlib.use("Agg")

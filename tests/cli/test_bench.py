@@ -40,6 +40,19 @@ def test_bench_cpu_end_to_end(tmp_path, capsys):
     assert "| 1x64 | decaying | fwd |" in capsys.readouterr().out
 
 
+def test_bench_keeps_rows_of_a_run_cut_short(tmp_path, monkeypatch):
+    """results.json is written after every row: a run stopped by a time limit keeps what it measured."""
+    import gdn.cli.bench as bench
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench, "_print_table", stop)      # stopped after the last row, before the table
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(_args(tmp_path))
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["shape"] for r in rows] == ["1x64", "varlen96/3"]
+
+
 def test_bench_configs_need_cuda(tmp_path):
     with pytest.raises(ValueError, match="--configs"):
         run_bench(_args(tmp_path, configs="default"))
