@@ -204,6 +204,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if programs_per_sm is None:
         programs_per_sm = 1 if walk_stages > 1 else 2
     BV = max(16, min(block_v, triton.next_power_of_2(V)))
+    if q.is_cuda and not triton_interpreting() and attn_in and BV == 32 and walk_stages == 1:
+        # Triton 3.6's sm_90 code for this walk addresses shared memory out of range (compute-sanitizer,
+        # benchmarks/NOTES.md v5): an error here instead of an illegal memory access in the kernel.
+        raise ValueError("block_v=32 with walk_stages=1 on the split walk with stored attention crashes on "
+                         "sm_90 with Triton 3.6; use walk_stages=2 or block_v=64")
     NV = triton.cdiv(V, BV)
     BLOCK = min(SUBBLOCK, BT)
     NT = triton.cdiv(T, BT)
