@@ -14,8 +14,8 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
-factors of q and k from the WY pass, so the walk loads nothing it must convert, and its loads are pipelined straight into
-shared memory (``walk_stages``). benchmarks/compile_report.py shows what each variant costs in
+factors of q and k from the WY pass, so the walk loads nothing it must convert, and its loads are
+pipelined straight into shared memory (``walk_stages``). benchmarks/compile_report.py shows what each variant costs in
 registers, spills and shared memory; benchmarks/NOTES.md what each one measured.
 
 The l2 normalisation of q and k is a per-row scaling applied to fp32 products, never a rounding of the
@@ -152,11 +152,11 @@ def _chunk_fwd_kernel(
     w and the maps' A come as parts from the earlier kernels, the norm factors from wy_kernel, so the
     loop holds no fp32 copy of an input tile. SPLIT = 0: fp32 operands at PRECISION, or the input
     dtype with FAST_DOTS. ATTN_IN (split path): the output attention P (two bf16 parts at attn, attn2;
-    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. IS_VARLEN with
-    LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders them longest
-    first). T_IN (with ATTN_IN):
-    the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of w and u, and
-    the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S))."""
+    wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. T_IN (with
+    ATTN_IN): the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of
+    w and u, and the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S)).
+    IS_VARLEN with LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders
+    them longest first)."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
