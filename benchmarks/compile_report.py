@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
 from gdn.ops.triton.configs import CONFIGS      # noqa: E402
 
-KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
+KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel", "_chunk_out_kernel")
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 

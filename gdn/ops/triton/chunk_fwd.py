@@ -28,6 +28,7 @@ import triton
 import triton.language as tl
 
 from .addressing import row_tile, row_vec, rows_block
+from .chunk_out import ring_rows_offsets, ring_state_offsets
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 from .wy import load_chunk
@@ -136,16 +137,16 @@ def _segment_maps_kernel(
     tl.store(p_B, b_M, mask=m_out & (i_m >= NMK))
 
 
-@triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
+@triton.jit(do_not_specialize=["C_BEGIN", "C_END", "RING_BASE"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
-    cu_seqlens, seq_order, scale, T, L, P, C_BEGIN, C_END,
+    cu_seqlens, seq_order, ring_s, ring_s2, ring_u, ring_u2, scale, T, L, P, C_BEGIN, C_END, RING_BASE, NHV,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
-    QS_FIRST: tl.constexpr = False, LONGEST_FIRST: tl.constexpr = False,
+    QS_FIRST: tl.constexpr = False, LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -156,7 +157,10 @@ def _chunk_fwd_kernel(
     ATTN_IN): the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of
     w and u, and the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S)).
     IS_VARLEN with LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders
-    them longest first)."""
+    them longest first). OUT_RING (with ATTN_IN, dense, one segment): no outputs here; chunk c's start
+    state (the bf16 parts of -S) and writes U (two bf16 parts) go to ring slot RING_BASE + c - C_BEGIN
+    of ring_s, ring_s2 [slots, NHV, K, V] and ring_u, ring_u2 [slots, NHV, BT, V] for
+    gdn.ops.triton.chunk_out, which forms the outputs beside the walk."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -202,7 +206,7 @@ def _chunk_fwd_kernel(
 
     for c in range(c0, c1):
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, True,
+            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not OUT_RING,
             rq, rk, SPLIT > 0)
         if T_IN:     # the values in u's place: U is formed from them below
             b_u = tl.load(rows_block(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
@@ -223,7 +227,11 @@ def _chunk_fwd_kernel(
             # QS_FIRST forms q S before the writes' products, so the parts of S die earlier (the wide
             # walk spills 200 B a thread instead of 268: compile report, NOTES.md v5; not yet timed).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
-            if QS_FIRST:
+            if OUT_RING:           # the chunk's start state, for the outputs beside the walk
+                o_ring = ring_state_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
+                tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
+                tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
+            if QS_FIRST and not OUT_RING:
                 b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if T_IN:
                 # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
@@ -236,9 +244,15 @@ def _chunk_fwd_kernel(
                 b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
             else:
                 b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            if not QS_FIRST:
+            if not QS_FIRST and not OUT_RING:
                 b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
-            if ATTN_IN:
+            if OUT_RING:
+                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+                o_ring = ring_rows_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
+                m_ring = m_t[:, None] & m_v[None, :]
+                tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
+                tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
+            elif ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
                 b_o = b_qS * (-b_rq * scale * tl.exp(b_G))[:, None]
                 b_P, b_P2, _ = _load_parts(rows_block(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
@@ -267,8 +281,9 @@ def _chunk_fwd_kernel(
             b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
             b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
             b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
-        tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
-                 boundary_check=(0, 1))
+        if not OUT_RING:
+            tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
+                     boundary_check=(0, 1))
 
     if STORE_FINAL:
         if i_p == P - 1:

@@ -32,6 +32,8 @@ CONFIGS = {
     "qs first": dict(qs_first=True),                 # v6 candidate: q S before the writes' products
     "longest first": dict(longest_first=True),       # v6 candidate: varlen walks long sequences first
     "v6 candidates": dict(qs_first=True, longest_first=True),
+    "outputs beside": dict(outputs="beside"),         # v6 candidate: outputs in a kernel beside the walk
+    "outputs beside 16": dict(outputs="beside", pieces=16),   # the same with its pieces spelled out
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)

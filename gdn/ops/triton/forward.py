@@ -26,9 +26,11 @@ import triton.language as tl
 
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
+from .chunk_out import _chunk_out_kernel
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
+RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -60,29 +62,33 @@ def choose_pieces(programs: int, num_chunks: int, num_sms: int, max_pieces: int 
     return max(1, min(max_pieces, num_chunks // min_chunks))
 
 
-_SIDE_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
 
 
 @contextlib.contextmanager
-def _side_stream(device: torch.device):
-    """(main, side): the caller's stream and a high-priority stream for the state walk, which starts
-    after the work queued so far and which the caller's stream waits for on exit. (None, None) off
-    CUDA: the interpreter runs everything in order."""
+def _side_streams(device: torch.device, count: int = 1):
+    """(main, side, ...): the caller's stream and ``count`` side streams (the first, for the state
+    walk, at high priority), each starting after the work queued so far; the caller's stream waits
+    for all of them on exit. Nones off CUDA: the interpreter runs everything in order."""
     if device.type != "cuda":
-        yield None, None
+        yield (None,) * (count + 1)
         return
     main = torch.cuda.current_stream(device)
-    # One side stream per caller stream: callers on different streams (or threads, or a graph being
+    # Side streams per caller stream: callers on different streams (or threads, or a graph being
     # captured) never queue behind each other's walks.
-    key = (main.device.index, main.cuda_stream)
-    side = _SIDE_STREAMS.get(key)
-    if side is None:
-        side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-1)
-    side.wait_stream(main)
+    sides = []
+    for j in range(count):
+        key = (main.device.index, main.cuda_stream, j)
+        side = _SIDE_STREAMS.get(key)
+        if side is None:
+            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-1 if j == 0 else 0)
+        side.wait_stream(main)
+        sides.append(side)
     try:
-        yield main, side
+        yield (main, *sides)
     finally:
-        main.wait_stream(side)
+        for side in sides:
+            main.wait_stream(side)
 
 
 def _on_tensor_device(fn):
@@ -103,7 +109,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
-                   qs_first=False, longest_first=False, pieces=None, out=None):
+                   qs_first=False, longest_first=False, outputs="walk", pieces=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -127,7 +133,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     U = u - w S (v4; the segment maps always read w and u). Two candidates of v6 (compiled and
     interpreter-tested, not yet timed on a GPU; benchmarks/NOTES.md v5): ``qs_first`` (split walk)
     forms q S before the writes' products, ``longest_first`` (varlen) walks the longest sequences
-    first. The split walk uses ``block_v`` columns of the state per program and
+    first; and ``outputs="beside"`` (split walk with stored attention, in pieces: see
+    gdn.ops.triton.chunk_out) forms each piece's outputs in a parallel kernel beside the walk of the
+    next piece, from the chunks' states and writes left in a ring of two pieces. The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
@@ -230,6 +238,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = triton.cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
+    if outputs not in ("walk", "beside"):
+        raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
@@ -259,7 +269,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
+        if outputs == "beside" and pieces > 1:      # the ring holds two pieces: keep them short
+            pieces = max(pieces, triton.cdiv(NT, RING_CHUNKS))
     pieces = max(1, min(int(pieces), NT))
+    ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
 
     if cu_seqlens is None:
         chunk_offsets, log_n, seq_order = dummy, 0, dummy
@@ -286,30 +299,58 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
 
-    def state_walk(c_first, c_end, h_in, h_out):
-        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and,
-        when h_out is given, the state after the last chunk."""
+    rings = (dummy,) * 4
+    if ring:
+        # Two pieces of chunk states (bf16 parts of -S) and writes (bf16 parts of U).
+        slots = 2 * triton.cdiv(NT, pieces)
+        ring_states = torch.empty(2, slots, N * HV, K, V, dtype=torch.bfloat16, device=q.device)
+        ring_writes = torch.empty(2, slots, N * HV, BT, V, dtype=torch.bfloat16, device=q.device)
+        rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
+
+    def state_walk(c_first, c_end, h_in, h_out, ring_base=0):
+        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
+        the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
+        state after the last chunk."""
         _chunk_fwd_kernel[(NV, N * HV, P)](
             q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
-            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, scale, T, L, P,
-            c_first, c_end, BV=BV, IS_VARLEN=cu_seqlens is not None, HAS_H0=h_in is not None,
-            STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split, HAS_MAPS=P > 1,
-            ATTN_IN=attn_in, T_IN=t_in, QS_FIRST=qs_first, LONGEST_FIRST=longest_first and cu_seqlens is not None,
-            **walk_launch)
+            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
+            scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV, IS_VARLEN=cu_seqlens is not None,
+            HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split,
+            HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in, QS_FIRST=qs_first,
+            LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring, **walk_launch)
+
+    def output_pass(c_first, c_end, ring_base):
+        """The outputs of chunks c_first .. c_end - 1 from the ring (slots ring_base on), in parallel."""
+        _chunk_out_kernel[(NV, c_end - c_first, N * HV)](
+            q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
+            BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=dot_dtype, num_warps=num_warps)
 
     if pieces > 1:
         # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one
         # latency-bound program and leaves room for a WY program. The state is carried between pieces.
+        # With the ring, the outputs of piece i are formed on a third stream beside the walk of piece
+        # i + 1; the walk of piece i + 2 reuses piece i's ring slots, so it waits for those outputs.
         bounds = [NT * i // pieces for i in range(pieces + 1)]
         carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
-        with _side_stream(q.device) as (main, side):
+        half = triton.cdiv(NT, pieces)
+        outputs_done = []
+        with _side_streams(q.device, 2 if ring else 1) as (main, side, *rest):
             for i in range(pieces):
                 wy_pass(bounds[i], bounds[i + 1] - bounds[i])
                 if q.is_cuda:                                  # the walk waits for this piece's WY pass
                     side.wait_event(main.record_event())
+                    if ring and i >= 2:
+                        side.wait_event(outputs_done[i - 2])
                 with torch.cuda.stream(side) if q.is_cuda else contextlib.nullcontext():
-                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry)
+                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * half)
+                if ring:
+                    if q.is_cuda:
+                        rest[0].wait_event(side.record_event())
+                    with torch.cuda.stream(rest[0]) if q.is_cuda else contextlib.nullcontext():
+                        output_pass(bounds[i], bounds[i + 1], (i % 2) * half)
+                    if q.is_cuda:
+                        outputs_done.append(rest[0].record_event())
         return o, ht
 
     wy_pass(0, NT)

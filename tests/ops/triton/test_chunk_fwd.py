@@ -152,6 +152,29 @@ def test_triton_bf16_pieces(attention, factors):
         triton_forward(q, k, v, g, beta, scale=0.25, pieces=2, num_segments=2)
 
 
+@pytest.mark.parametrize("factors, l2norm", [("t", True), ("wu", False)])
+def test_triton_bf16_outputs_beside_the_walk(factors, l2norm):
+    """outputs="beside": the walk of each piece leaves its chunks' states and writes in a ring of two
+    pieces and a parallel kernel forms the outputs (on a GPU beside the next piece's walk). The same
+    products on the same parts: the outputs equal the walk's own, bit for bit. 9 chunks in 4 pieces
+    (ring slots reused), a partial last chunk, grouped heads, with and without an initial state."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(2, 280, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
+                                         seed=31 + l2norm, device=DEVICE)
+    for h0 in (S0, None):
+        kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=l2norm,
+                  chunk_size=32, pieces=4, **dict(SPLIT, factors=factors))
+        o_walk, S_walk = triton_forward(q, k, v, g, beta, **kw)
+        o = torch.full_like(v, float("nan"))
+        o, S = triton_forward(q, k, v, g, beta, outputs="beside", out=o, **kw)
+        assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
+        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=l2norm)
+        assert_close(o, o_ref, rtol=1e-2, name="o")
+        assert_close(S, S_ref, rtol=1e-4, name="S")
+    with pytest.raises(ValueError, match="outputs must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, outputs="ring")
+
+
 @pytest.mark.parametrize("C", [16, 32, 64])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, l2norm):

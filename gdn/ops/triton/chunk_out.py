@@ -1,0 +1,81 @@
+"""The outputs of a piece of chunks, beside the state walk (``outputs="beside"``, launched by
+gdn.ops.triton.forward).
+
+The state walk is a chain of dependent products a chunk; a chunk's outputs O = (q e^G) S + P U are
+not on that chain, yet inside the walk they sit in series with it. With ``outputs="beside"`` the
+walk of one piece of chunks (gdn.ops.triton.chunk_fwd, OUT_RING) leaves each chunk's start state S
+(as the bf16 parts of -S it forms anyway) and its writes U (two bf16 parts) in a ring of two
+pieces, and ``_chunk_out_kernel`` forms that piece's outputs in parallel over chunks, heads and
+state columns, on its own stream, while the walk goes on with the next piece. The ring holds two
+pieces, whatever the sequence length (the forward keeps no per-chunk state beyond it).
+
+The products are the walk's own, on the same parts: the outputs do not change.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .addressing import row_vec, rows_block
+from .split_dot import dot_parts
+
+
+@triton.jit
+def ring_state_offsets(i_slot, i_nh, NHV, K: tl.constexpr, V: tl.constexpr, o_k, o_v):
+    """Offsets of the state tile (rows o_k, columns o_v) of ring slot i_slot, sequence x head i_nh,
+    in a [slots, NHV, K, V] ring."""
+    return ((i_slot.to(tl.int64) * NHV + i_nh) * K + o_k[:, None]) * V + o_v[None, :]
+
+
+@triton.jit
+def ring_rows_offsets(i_slot, i_nh, NHV, BT: tl.constexpr, V: tl.constexpr, o_t, o_v):
+    """Offsets of the writes tile (chunk rows o_t, columns o_v) of ring slot i_slot, sequence x head
+    i_nh, in a [slots, NHV, BT, V] ring."""
+    return ((i_slot.to(tl.int64) * NHV + i_nh) * BT + o_t[:, None]) * V + o_v[None, :]
+
+
+@triton.jit(do_not_specialize=["C_BEGIN", "RING_BASE"])
+def _chunk_out_kernel(
+    q, rq, Gc, attn, attn2, ring_s, ring_s2, ring_u, ring_u2, o, scale, T, NHV, C_BEGIN, RING_BASE,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    """o for chunk C_BEGIN + i_c of sequence x value head i_nh, columns i_v * BV .. of a dense batch
+    ([B, T] tokens). Grid: (V blocks, chunks of the piece, B x HV). The ring slot of the chunk is
+    RING_BASE + i_c."""
+    i_v, i_c, i_nh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
+    c = C_BEGIN + i_c
+    tok0 = i_n.to(tl.int64) * T
+    row0 = tok0 + c * BT
+    o_t = tl.arange(0, BT)
+    m_t = (c * BT + o_t) < T
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    m_tv = m_t[:, None] & (o_v < V)[None, :]
+    i_slot = RING_BASE + i_c
+
+    b_q = tl.load(rows_block(q, tok0, i_h, T, c * BT, H, K, BT, BK), boundary_check=(0, 1),
+                  padding_option="zero").to(DOT_DTYPE)
+    if USE_L2NORM:
+        b_rq = tl.load(row_vec(rq, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    else:
+        b_rq = tl.full([BT], 1.0, dtype=tl.float32)
+    b_G = tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    o_s = ring_state_offsets(i_slot, i_nh, NHV, K, V, o_k, o_v)
+    b_s1 = tl.load(ring_s + o_s, mask=m_kv, other=0.0).to(DOT_DTYPE)        # the parts of -S
+    b_s2 = tl.load(ring_s2 + o_s, mask=m_kv, other=0.0).to(DOT_DTYPE)
+    o_u = ring_rows_offsets(i_slot, i_nh, NHV, BT, V, o_t, o_v)
+    b_u1 = tl.load(ring_u + o_u, mask=m_tv, other=0.0).to(DOT_DTYPE)        # the parts of U
+    b_u2 = tl.load(ring_u2 + o_u, mask=m_tv, other=0.0).to(DOT_DTYPE)
+    b_P = tl.load(rows_block(attn, tok0, i_hv, T, c * BT, HV, BT, BT, BT), boundary_check=(0, 1),
+                  padding_option="zero").to(DOT_DTYPE)
+    b_P2 = tl.load(rows_block(attn2, tok0, i_hv, T, c * BT, HV, BT, BT, BT), boundary_check=(0, 1),
+                   padding_option="zero").to(DOT_DTYPE)
+    # As the walk forms them: o = (q S) scale r_q e^G + P U, with q S = -(q (-S)).
+    b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s2, 2, None) * (-b_rq * scale * tl.exp(b_G))[:, None]
+    b_o = dot_parts(b_P, b_P2, b_P2, 2, b_u1, b_u2, b_u2, 2, b_o)
+    tl.store(rows_block(o, tok0, i_hv, T, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
+             boundary_check=(0, 1))
