@@ -67,9 +67,11 @@ _SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
 
 @contextlib.contextmanager
 def _side_streams(device: torch.device, count: int = 1):
-    """(main, side, ...): the caller's stream and ``count`` side streams (the first, for the state
-    walk, at high priority), each starting after the work queued so far; the caller's stream waits
-    for all of them on exit. Nones off CUDA: the interpreter runs everything in order."""
+    """(main, side, ...): the caller's stream and ``count`` side streams, each starting after the work
+    queued so far; the caller's stream waits for all of them on exit. The first, for the state walk,
+    has the highest priority; the next (the outputs beside the walk, which the walk two pieces on
+    waits for) the next highest, so that neither queues behind the WY passes the caller's stream
+    holds. Nones off CUDA: the interpreter runs everything in order."""
     if device.type != "cuda":
         yield (None,) * (count + 1)
         return
@@ -81,7 +83,8 @@ def _side_streams(device: torch.device, count: int = 1):
         key = (main.device.index, main.cuda_stream, j)
         side = _SIDE_STREAMS.get(key)
         if side is None:
-            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-1 if j == 0 else 0)
+            # Out-of-range priorities are clamped to the device's range (walk and outputs may share one).
+            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-2 if j == 0 else -1)
         side.wait_stream(main)
         sides.append(side)
     try:
@@ -135,7 +138,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     forms q S before the writes' products, ``longest_first`` (varlen) walks the longest sequences
     first; and ``outputs="beside"`` (split walk with stored attention, in pieces: see
     gdn.ops.triton.chunk_out) forms each piece's outputs in a parallel kernel beside the walk of the
-    next piece, from the chunks' states and writes left in a ring of two pieces. The split walk uses ``block_v`` columns of the state per program and
+    next piece, from the chunks' states and writes left in a ring of two pieces (pieces of at most
+    32 chunks, more pieces than asked if need be). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
@@ -269,10 +273,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
-        if outputs == "beside" and pieces > 1:      # the ring holds two pieces: keep them short
-            pieces = max(pieces, triton.cdiv(NT, RING_CHUNKS))
     pieces = max(1, min(int(pieces), NT))
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
+    if ring:         # the ring holds two pieces: at most RING_CHUNKS chunks each, whatever T
+        pieces = min(NT, max(pieces, triton.cdiv(NT, RING_CHUNKS)))
 
     if cu_seqlens is None:
         chunk_offsets, log_n, seq_order = dummy, 0, dummy

@@ -175,6 +175,24 @@ def test_triton_bf16_outputs_beside_the_walk(factors, l2norm):
         triton_forward(q, k, v, g, beta, scale=0.25, outputs="ring")
 
 
+def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
+    """Pieces asked for are raised so that each holds at most RING_CHUNKS chunks (the ring's size
+    does not grow with T): 2 pieces asked, 2 chunks a piece allowed -> 5 pieces of 9 chunks."""
+    import gdn.ops.triton.forward as forward
+    q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         seed=41, device=DEVICE)
+    kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32)
+    o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, **kw)
+    monkeypatch.setattr(forward, "RING_CHUNKS", 2)
+    launches = []
+    real = forward._chunk_out_kernel
+    monkeypatch.setattr(forward, "_chunk_out_kernel", type("Spy", (), {
+        "__getitem__": lambda self, grid: (launches.append(grid), real[grid])[1]})())
+    o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", **kw)
+    assert [grid[1] for grid in launches] == [1, 2, 2, 2, 2]          # chunks a piece: 9 * i // 5
+    assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
+
+
 @pytest.mark.parametrize("C", [16, 32, 64])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, l2norm):
