@@ -132,7 +132,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     has the WY pass form each chunk's output attention and store it for the walk; "walk" forms it in
     the walk (v3). ``factors`` (split path with stored attention, one segment): "t" (the default
     there) has the WY pass store T diag(beta) (16 KB a chunk-head in two bf16 parts) and the walk
-    form U = T diag(beta) (v - diag(r_k e^G) k S) itself; "wu" has it store w and u (64 KB) for
+    form U = T diag(beta) (v - diag(r_k e^G) k S) itself (T in two parts, 16 bits, whatever
+    ``wy_split``); "wu" has it store w and u (64 KB) for
     U = u - w S (v4; the segment maps always read w and u). Two candidates of v6 (compiled and
     interpreter-tested, not yet timed on a GPU; benchmarks/NOTES.md v5): ``qs_first`` (split walk)
     forms q S before the writes' products, ``longest_first`` (varlen) walks the longest sequences
