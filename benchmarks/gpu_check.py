@@ -24,6 +24,7 @@ import torch
 import triton.testing
 
 from gdn import gated_delta_rule
+from gdn.cli.bench import parse_shapes
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
 from gdn.ops.triton.configs import CONFIGS
@@ -146,6 +147,11 @@ def correctness() -> None:
 SHAPES = [(1, 32768), (8, 4096)]
 
 
+def env_shapes(name: str, default: str):
+    """[(B, T)] from an environment variable "BxT;BxT" (gdn bench's shape parser, dense shapes)."""
+    return [(B, T) for _, B, T, _ in parse_shapes(os.environ.get(name, default).replace(";", ","))]
+
+
 def selected_configs():
     names = os.environ.get("GDN_CONFIGS")
     return {n: CONFIGS[n] for n in names.split(";")} if names else CONFIGS
@@ -168,8 +174,7 @@ def kernels() -> None:
 
 def timing() -> None:
     """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k)."""
-    names = os.environ.get("GDN_TIME_SHAPES")
-    shapes = [tuple(int(x) for x in s.split("x")) for s in names.split(";")] if names else SHAPES
+    shapes = env_shapes("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
     print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
     for cname, kw in selected_configs().items():
@@ -191,8 +196,7 @@ def profile() -> None:
     GDN_PROFILE_SHAPES (default "1x32768"; "BxT" each); a name "peer:fla" or "peer:flashqla" profiles
     that peer instead (needs scripts/unpack_peers.sh)."""
     from gdn.cli.peers import available_peers
-    for shape in os.environ.get("GDN_PROFILE_SHAPES", "1x32768").split(";"):
-        B, T = (int(x) for x in shape.split("x"))
+    for B, T in env_shapes("GDN_PROFILE_SHAPES", "1x32768"):
         q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
         for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
             if cname.startswith("peer:"):
@@ -217,7 +221,7 @@ def once() -> None:
     """One call of each config in GDN_CONFIGS at GDN_ONCE ("BxT", default 1x4096), after one call to
     compile it: for ncu, which profiles the kernels of the second call (--launch-skip), and for
     compute-sanitizer."""
-    B, T = (int(x) for x in os.environ.get("GDN_ONCE", "1x4096").split("x"))
+    (B, T), = env_shapes("GDN_ONCE", "1x4096")
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
     for cname, kw in selected_configs().items():
         for _ in range(2):

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .addressing import row_tile, row_vec, rows_block
-from .chunk_out import ring_rows_offsets, ring_state_offsets
+from .chunk_out import ring_rows_offsets, ring_state_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
 from .wy import load_chunk
@@ -254,12 +254,11 @@ def _chunk_fwd_kernel(
                 tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
             elif ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-                b_o = b_qS * (-b_rq * scale * tl.exp(b_G))[:, None]
                 b_P, b_P2, _ = _load_parts(rows_block(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
                                            rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
                                            rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
                 b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                b_o = dot_parts(b_P, b_P2, b_P2, SPLIT, b_u1, b_u2, b_u3, SPLIT, b_o)
+                b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
             else:
                 b_o = b_qS * (-tl.exp(b_G))[:, None]
                 # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one

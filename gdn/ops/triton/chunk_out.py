@@ -34,6 +34,16 @@ def ring_rows_offsets(i_slot, i_nh, NHV, BT: tl.constexpr, V: tl.constexpr, o_t,
     return ((i_slot.to(tl.int64) * NHV + i_nh) * BT + o_t[:, None]) * V + o_v[None, :]
 
 
+@triton.jit
+def stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2):
+    """One chunk's outputs o = (q S) scale r_q e^G + P U [BT, BV] (fp32) from -(q S) (b_nqS), the
+    output attention P that the WY pass stored (its two bf16 parts; wy.store_attention) and the two
+    bf16 parts of U. The walk (chunk_fwd) and the outputs beside it (_chunk_out_kernel) both form
+    them here."""
+    b_o = b_nqS * (-b_rq * scale * tl.exp(b_G))[:, None]
+    return dot_parts(b_P, b_P2, b_P2, 2, b_u1, b_u2, b_u2, 2, b_o)
+
+
 @triton.jit(do_not_specialize=["C_BEGIN", "RING_BASE"])
 def _chunk_out_kernel(
     q, rq, Gc, attn, attn2, ring_s, ring_s2, ring_u, ring_u2, o, scale, T, NHV, C_BEGIN, RING_BASE,
@@ -74,8 +84,7 @@ def _chunk_out_kernel(
                   padding_option="zero").to(DOT_DTYPE)
     b_P2 = tl.load(rows_block(attn2, tok0, i_hv, T, c * BT, HV, BT, BT, BT), boundary_check=(0, 1),
                    padding_option="zero").to(DOT_DTYPE)
-    # As the walk forms them: o = (q S) scale r_q e^G + P U, with q S = -(q (-S)).
-    b_o = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s2, 2, None) * (-b_rq * scale * tl.exp(b_G))[:, None]
-    b_o = dot_parts(b_P, b_P2, b_P2, 2, b_u1, b_u2, b_u2, 2, b_o)
+    b_nqS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s2, 2, None)          # -(q S) = q (-S)
+    b_o = stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
     tl.store(rows_block(o, tok0, i_hv, T, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
              boundary_check=(0, 1))

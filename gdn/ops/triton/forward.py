@@ -94,6 +94,11 @@ def _side_streams(device: torch.device, count: int = 1):
             main.wait_stream(side)
 
 
+def _on(stream):
+    """Launch on ``stream``; None (off CUDA, see _side_streams): on the current one."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
 def _on_tensor_device(fn):
     """Run ``fn`` with q's CUDA device current: Triton launches on the current device's current
     stream, and the side stream's events must order kernels of q's device."""
@@ -341,20 +346,21 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         half = triton.cdiv(NT, pieces)
         outputs_done = []
         with _side_streams(q.device, 2 if ring else 1) as (main, side, *rest):
+            cuda = main is not None
             for i in range(pieces):
                 wy_pass(bounds[i], bounds[i + 1] - bounds[i])
-                if q.is_cuda:                                  # the walk waits for this piece's WY pass
+                if cuda:                                       # the walk waits for this piece's WY pass
                     side.wait_event(main.record_event())
                     if ring and i >= 2:
                         side.wait_event(outputs_done[i - 2])
-                with torch.cuda.stream(side) if q.is_cuda else contextlib.nullcontext():
+                with _on(side):
                     state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * half)
                 if ring:
-                    if q.is_cuda:
+                    if cuda:
                         rest[0].wait_event(side.record_event())
-                    with torch.cuda.stream(rest[0]) if q.is_cuda else contextlib.nullcontext():
+                    with _on(rest[0]):
                         output_pass(bounds[i], bounds[i + 1], (i % 2) * half)
-                    if q.is_cuda:
+                    if cuda:
                         outputs_done.append(rest[0].record_event())
         return o, ht
 

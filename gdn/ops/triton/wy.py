@@ -19,9 +19,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common import L2NORM_EPS
 from .addressing import row_offsets, row_tile, row_vec, rows_block
 from .decay import chunk_decay
 from .split_dot import split_dot, store_parts
+
+
+_L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
+
+
+@triton.jit
+def l2norm_factors(b_sq):
+    """The l2norm factors 1 / sqrt(sq + eps) [rows] from the rows' sums of squares."""
+    return tl.rsqrt(b_sq + _L2NORM_EPS)
 
 
 @triton.jit
@@ -51,8 +61,8 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     elif USE_L2NORM:
         b_qf = b_q.to(tl.float32)
         b_kf = b_k.to(tl.float32)
-        b_rq = tl.rsqrt(tl.sum(b_qf * b_qf, axis=1) + 1e-6)
-        b_rk = tl.rsqrt(tl.sum(b_kf * b_kf, axis=1) + 1e-6)
+        b_rq = l2norm_factors(tl.sum(b_qf * b_qf, axis=1))
+        b_rk = l2norm_factors(tl.sum(b_kf * b_kf, axis=1))
     else:
         b_rq = tl.full([BT], 1.0, dtype=tl.float32)
         b_rk = tl.full([BT], 1.0, dtype=tl.float32)
@@ -205,12 +215,12 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     if USE_L2NORM and STORE_NORMS:
         # The queries' norm factors for the state walk, stored at once (nothing of q stays live).
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(tl.float32)
-        b_rq = tl.rsqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)
+        b_rq = l2norm_factors(tl.sum(b_q * b_q, axis=1))
         tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_kk = tl.dot(b_k, tl.trans(b_k))
     if USE_L2NORM:
-        b_rk = tl.rsqrt(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1) + 1e-6)
+        b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
         if STORE_NORMS:
             tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
     else:
