@@ -12,7 +12,8 @@ Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains this text
     GDN_TIME_SHAPES      "BxT;BxT" of the time section; GDN_PROFILE_SHAPES / _CONFIGS of the profile
-                         section ("peer:fla", "peer:flashqla" profile a peer); GDN_ONCE the once section's
+                         section ("peer:fla", "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds
+                         each kernel's start and end in one call; GDN_ONCE the once section's
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import torch
 import triton.testing
 
 from gdn import gated_delta_rule
-from gdn.cli.bench import parse_shapes
+from gdn.cli.bench import parse_shapes, random_cu_seqlens
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
 from gdn.ops.triton.configs import CONFIGS
@@ -173,48 +174,81 @@ def kernels() -> None:
 
 
 def timing() -> None:
-    """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k)."""
+    """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k),
+    and after "/" the host's ms a call (Python and launches, measured while the GPU is busy): when it
+    nears the first, the launches, not the kernels, set the pace."""
     shapes = env_shapes("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
     print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
-    print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>12}" for B, T in shapes))
+    print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>14}" for B, T in shapes))
     for cname, kw in selected_configs().items():
         cells = []
         for B, T in shapes:
             if "P=" in cname and B > 1:
-                cells.append(f"{'-':>12}")
+                cells.append(f"{'-':>14}")
                 continue
             q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
             fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
                                         use_qk_l2norm=True, **kw)
             fn()
-            cells.append(f"{triton.testing.do_bench(fn, warmup=25, rep=100, return_mode='median'):>12.3f}")
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(10):
+                fn()
+            host_ms = (time.perf_counter() - start) * 100
+            torch.cuda.synchronize()
+            cells.append(f"{f'{ms:.3f}/{host_ms:.2f}':>14}")
         print(f"{cname:<18}" + "".join(cells), flush=True)
 
 
 def profile() -> None:
     """Per-kernel CUDA time of the configs in GDN_PROFILE_CONFIGS (default "default") at the shapes in
-    GDN_PROFILE_SHAPES (default "1x32768"; "BxT" each); a name "peer:fla" or "peer:flashqla" profiles
-    that peer instead (needs scripts/unpack_peers.sh)."""
+    GDN_PROFILE_SHAPES (default "1x32768"; "BxT" or "varlenT/pieces" each, gdn bench's varlen lengths);
+    a name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh)."""
     from gdn.cli.peers import available_peers
-    for B, T in env_shapes("GDN_PROFILE_SHAPES", "1x32768"):
+    for label, B, T, pieces in parse_shapes(os.environ.get("GDN_PROFILE_SHAPES", "1x32768").replace(";", ",")):
         q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+        cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
         for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
             if cname.startswith("peer:"):
                 peer = available_peers("cuda")[cname[5:]]
-                fn = lambda: peer(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True)
+                fn = lambda: peer(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
+                                  cu_seqlens=cu)
             else:
                 fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                            use_qk_l2norm=True, **CONFIGS[cname])
+                                            use_qk_l2norm=True, cu_seqlens=cu, **CONFIGS[cname])
             fn()
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(5):
                     fn()
                 torch.cuda.synchronize()
-            print(f"\nper-kernel CUDA time, {cname}, B{B} x T{T} (5 calls)")
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            print(f"\nper-kernel CUDA time, {cname}, {label} (5 calls; one call {ms:.3f} ms end to end)")
             for e in sorted(prof.key_averages(), key=lambda e: -e.device_time_total):
                 if e.device_time_total > 0:
-                    print(f"  {e.key[:60]:<60} {e.device_time_total / 5e3:8.3f} ms a call")
+                    print(f"  {e.key[:60]:<60} {e.device_time_total / 5e3:8.3f} ms a call  x{e.count // 5}")
+            if os.environ.get("GDN_TIMELINE"):
+                print_timeline(fn)
+
+
+def print_timeline(fn) -> None:
+    """Start and end (us from the first kernel) and stream of every kernel of one call: how the
+    pieces, streams and waits of the launcher overlap on the device."""
+    import json
+    import tempfile
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = [e for e in json.load(open(f.name))["traceEvents"] if e.get("cat") == "kernel"]
+    events.sort(key=lambda e: e["ts"])
+    t0 = events[0]["ts"]
+    print("  timeline of one call: kernel, stream, start us, end us")
+    for e in events:
+        print(f"    {e['name'][:28]:<28} s{e['args'].get('stream', '?'):<4} {e['ts'] - t0:9.1f} {e['ts'] + e['dur'] - t0:9.1f}")
 
 
 def once() -> None:

@@ -66,7 +66,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         >>> S.shape
         torch.Size([3, 4, 64, 64])
     """
-    N, bounds = check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
+    check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
     backend = resolve_backend(backend, q, k, v, g, beta, initial_state, chunk_size=chunk_size)
@@ -84,11 +84,12 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
     S0 = None if initial_state is None else initial_state.to(dtype)
     forward = TORCH_ALGORITHMS[backend]
 
-    if bounds is None:
+    if cu_seqlens is None:
         o, S = _run_dense(forward, qc, kc, vc, gc, bc, scale, S0, chunk_size, use_qk_l2norm)
     else:
         # Each packed sequence runs as its own batch of one: exact, and no padding work.
         outs, states = [], []
+        bounds = cu_seqlens.tolist()
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             s0 = None if S0 is None else S0[i:i + 1]
             o_i, S_i = _run_dense(forward, qc[:, a:b], kc[:, a:b], vc[:, a:b], gc[:, a:b], bc[:, a:b],

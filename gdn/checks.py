@@ -1,6 +1,8 @@
 """Argument checks for the public op: every bad input gets a clear error naming the argument."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 BACKENDS = ("auto", "recurrent", "chunk", "scan", "triton")
@@ -20,8 +22,7 @@ def _shape(name: str, x: torch.Tensor, expected: tuple, what: str) -> None:
 
 
 def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend):
-    """Validate the op's arguments. Returns (N, seqlens) where N is the number of sequences and
-    seqlens is a host list of sequence boundaries ([0, T] without cu_seqlens)."""
+    """Validate the op's arguments. Returns N, the number of sequences (B, or len(cu_seqlens) - 1)."""
     for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         _floating(name, x)
     if q.dim() != 4:
@@ -57,17 +58,26 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
     if cu_seqlens is None:
-        N, bounds = B, None
+        N = B
     else:
-        bounds = _check_cu_seqlens(cu_seqlens, B, T)
-        N = len(bounds) - 1
+        _check_cu_seqlens(cu_seqlens, B, T)
+        N = cu_seqlens.numel() - 1
     if initial_state is not None:
         _floating("initial_state", initial_state)
         _shape("initial_state", initial_state, (N, HV, K, v.shape[-1]), "[N, HV, K, V]")
-    return N, bounds
+    return N
 
 
-def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> list[int]:
+# The last cu_seqlens whose values passed, as (weak reference, version counter, T). Reading the values
+# is a host sync, which on a GPU waits for all queued work and then exposes every launch of the call;
+# the layers of a model pass the same tensor, so each one after the first skips it. In-place writes
+# bump the version counter, so a changed tensor is read again (writes that bypass autograd's counter,
+# through .data or a raw kernel, are not seen: the kernels read the device values either way).
+_last_valid_cu_seqlens = (lambda: None, -1, -1)
+
+
+def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> None:
+    global _last_valid_cu_seqlens
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"cu_seqlens must be a 1-D integer torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype not in (torch.int32, torch.int64):
@@ -76,6 +86,9 @@ def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> list[int]:
         raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
     if B != 1:
         raise ValueError(f"with cu_seqlens the batch size must be 1 (sequences packed along T), got B={B}")
+    ref, version, last_T = _last_valid_cu_seqlens
+    if ref() is cu_seqlens and version == cu_seqlens._version and last_T == T:
+        return
     bounds = cu_seqlens.tolist()
     if bounds[0] != 0:
         raise ValueError(f"cu_seqlens must start at 0, got {bounds[0]}")
@@ -83,4 +96,4 @@ def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> list[int]:
         raise ValueError(f"cu_seqlens must end at T={T}, got {bounds[-1]}")
     if any(b < a for a, b in zip(bounds, bounds[1:])):
         raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
-    return bounds
+    _last_valid_cu_seqlens = (weakref.ref(cu_seqlens), cu_seqlens._version, T)

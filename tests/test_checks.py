@@ -104,3 +104,23 @@ def test_auto_runs_a_single_cpu_token_token_by_token():
                                     use_qk_l2norm=True, backend="chunk")
     assert_close(o, o_c, name="o")
     assert_close(S, S_c, name="S")
+
+
+def test_cu_seqlens_values_are_read_once_per_tensor_version(monkeypatch):
+    """The values of cu_seqlens are read (a host sync on a GPU) once for a tensor that calls pass
+    again unchanged, as the layers of a model do; an in-place change is read and checked again."""
+    reads = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or tolist(self))
+    from gdn.checks import _check_cu_seqlens
+    cu = torch.tensor([0, 3, 8])
+    _check_cu_seqlens(cu, 1, 8)
+    _check_cu_seqlens(cu, 1, 8)
+    assert len(reads) == 1
+    with pytest.raises(ValueError, match="end at T=9"):      # another T is checked again
+        _check_cu_seqlens(cu, 1, 9)
+    cu[1] = 9                                                  # bumps the version counter
+    with pytest.raises(ValueError, match="non-decreasing"):
+        _check_cu_seqlens(cu, 1, 8)
+    with pytest.raises(ValueError, match="non-decreasing"):   # a failed check is not remembered
+        _check_cu_seqlens(cu, 1, 8)

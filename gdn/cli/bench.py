@@ -78,8 +78,11 @@ def _providers(device: str, names, configs=()):
     for name, reason in errors.items():
         print(f"  (peer {name} not timed: {reason})")
     providers = {**ours, **peers}
-    if names:
-        providers = {k: v for k, v in providers.items() if k in names}
+    if names:        # --providers picks among ours and the peers; --configs rows are always kept
+        unknown = sorted(set(names) - set(providers) - set(errors))     # unimportable peers were named above
+        if unknown:
+            raise ValueError(f"--providers: unknown {unknown}, expected some of {sorted({**providers, **errors})}")
+        providers = {k: v for k, v in providers.items() if k in names or k.startswith("gdn[")}
     return providers
 
 

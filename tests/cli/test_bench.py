@@ -56,3 +56,17 @@ def test_bench_keeps_rows_of_a_run_cut_short(tmp_path, monkeypatch):
 def test_bench_configs_need_cuda(tmp_path):
     with pytest.raises(ValueError, match="--configs"):
         run_bench(_args(tmp_path, configs="default"))
+
+
+def test_bench_rejects_an_unknown_provider(tmp_path):
+    with pytest.raises(ValueError, match="--providers: unknown"):
+        run_bench(_args(tmp_path, providers="gdn,flq"))
+
+
+def test_bench_keeps_config_rows_when_providers_are_picked(monkeypatch):
+    """--configs rows are not filtered away by --providers (a GPU-only path, so the config lookup is faked)."""
+    import gdn.cli.bench as bench
+    import gdn.ops.triton.configs as configs
+    monkeypatch.setattr(configs, "CONFIGS", {"x": {}})
+    monkeypatch.setattr(bench, "available_peers", lambda device, errors: {"fla": None})
+    assert list(bench._providers("cuda", ["gdn", "fla"], ["x"])) == ["gdn", "gdn[x]", "fla"]

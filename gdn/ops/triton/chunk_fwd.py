@@ -146,7 +146,7 @@ def _chunk_fwd_kernel(
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
-    QS_FIRST: tl.constexpr = False, LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False,
+    LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -224,15 +224,11 @@ def _chunk_fwd_kernel(
                 b_G_last = tl.sum(b_g, axis=0)
                 b_G = tl.cumsum(b_g, axis=0)
             # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
-            # QS_FIRST forms q S before the writes' products, so the parts of S die earlier (the wide
-            # walk spills 200 B a thread instead of 268: compile report, NOTES.md v5; not yet timed).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
             if OUT_RING:           # the chunk's start state, for the outputs beside the walk
                 o_ring = ring_state_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
                 tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
                 tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
-            if QS_FIRST and not OUT_RING:
-                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if T_IN:
                 # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
                 b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
@@ -244,7 +240,7 @@ def _chunk_fwd_kernel(
                 b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
             else:
                 b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            if not QS_FIRST and not OUT_RING:
+            if not OUT_RING:
                 b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if OUT_RING:
                 b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)

@@ -2,12 +2,13 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v5 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v6 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk,
 and on a GPU the WY pass of one piece of the sequence run beside the state walk of the previous
-piece. "v4", "v3" and "v2" are the earlier defaults (v2: fp32 tiles, tf32 products), "old" v2 as
-first measured. The rest vary one knob of the default ("v6 candidates": the two not yet timed).
+piece, varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
+(v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take today's launch policy (pieces,
+order). The rest vary one knob of the default.
 """
 import torch
 
@@ -29,17 +30,19 @@ CONFIGS = {
     "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
     "wy product": dict(inverse="product"),
-    "qs first": dict(qs_first=True),                 # v6 candidate: q S before the writes' products
-    "longest first": dict(longest_first=True),       # v6 candidate: varlen walks long sequences first
-    "v6 candidates": dict(qs_first=True, longest_first=True),
-    "outputs beside": dict(outputs="beside"),         # v6 candidate: outputs in a kernel beside the walk
-    "outputs beside 16": dict(outputs="beside", pieces=16),   # the same with its pieces spelled out
+    "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
+    "outputs beside": dict(outputs="beside"),         # outputs in a kernel beside the walk, 32-chunk pieces
+    "outputs beside 64": dict(outputs="beside", ring_chunks=64),   # the same in 64-chunk pieces
+    "outputs beside 16": dict(outputs="beside", pieces=16),   # pieces spelled out
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)
     "pieces 1": dict(pieces=1),
     "pieces 4": dict(pieces=4),
     "pieces 16": dict(pieces=16),
+    "pieces 2": dict(pieces=2),
+    "pieces 8": dict(pieces=8),
+
     # the walk's shape: state columns a program, pipeline stages, segments, warps
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)

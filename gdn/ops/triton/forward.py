@@ -53,13 +53,17 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
-def choose_pieces(programs: int, num_chunks: int, num_sms: int, max_pieces: int = 8, min_chunks: int = 16) -> int:
+def choose_pieces(programs: int, num_chunks: int, num_sms: int) -> int:
     """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
     walk of the previous one: only when the walk takes at most one program per SM (it is then
-    latency-bound and leaves room on every SM), with at least ``min_chunks`` chunks a piece."""
+    latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
+    an event (0.1-0.25 ms of host time on the H200 machine, which a short piece's GPU work does not
+    hide), and the WY pass of the first piece runs alone: so at least 64 chunks a piece, 8 pieces
+    up to 1024 chunks, then pieces of ~128 chunks, at most 16 (the H200 sweeps of
+    benchmarks/NOTES.md v6)."""
     if programs > num_sms:
         return 1
-    return max(1, min(max_pieces, num_chunks // min_chunks))
+    return max(1, min(16, num_chunks // 64, max(8, num_chunks // 128)))
 
 
 _SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
@@ -117,7 +121,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
-                   qs_first=False, longest_first=False, outputs="walk", pieces=None, out=None):
+                   longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -139,19 +143,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     there) has the WY pass store T diag(beta) (16 KB a chunk-head in two bf16 parts) and the walk
     form U = T diag(beta) (v - diag(r_k e^G) k S) itself (T in two parts, 16 bits, whatever
     ``wy_split``); "wu" has it store w and u (64 KB) for
-    U = u - w S (v4; the segment maps always read w and u). Two candidates of v6 (compiled and
-    interpreter-tested, not yet timed on a GPU; benchmarks/NOTES.md v5): ``qs_first`` (split walk)
-    forms q S before the writes' products, ``longest_first`` (varlen) walks the longest sequences
-    first; and ``outputs="beside"`` (split walk with stored attention, in pieces: see
-    gdn.ops.triton.chunk_out) forms each piece's outputs in a parallel kernel beside the walk of the
-    next piece, from the chunks' states and writes left in a ring of two pieces (pieces of at most
-    32 chunks, more pieces than asked if need be). The split walk uses ``block_v`` columns of the state per program and
+    U = u - w S (v4; the segment maps always read w and u). ``longest_first`` (varlen; default on)
+    walks the longest sequences first, so that no long walk starts in the last wave (the lengths
+    sorted on the device, no host sync). ``outputs="beside"`` (split walk with stored attention, in
+    pieces; not the default: benchmarks/NOTES.md v6; see gdn.ops.triton.chunk_out) forms each
+    piece's outputs in a parallel kernel beside the walk of the next piece, from the chunks' states
+    and writes left in a ring of two pieces (pieces of at most ``ring_chunks`` chunks, more pieces
+    than asked if need be). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
-    program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default: up to
-    8 on a GPU when the walk takes at most one program per SM, else 1; see choose_pieces) runs the
-    WY pass of each piece of chunks beside the walk of the one before. ``inverse`` defaults to
-    "blocks" on the split WY pass, "product" otherwise.
+    program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default on a
+    GPU when the walk takes at most one program per SM: see choose_pieces) runs the WY pass of each
+    piece of chunks beside the walk of the one before. ``inverse`` defaults to "blocks" on the split
+    WY pass, "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -248,6 +252,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = triton.cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
+    if isinstance(ring_chunks, bool) or not isinstance(ring_chunks, int) or ring_chunks < 1:
+        raise ValueError(f"ring_chunks must be a positive int, got {ring_chunks!r}")
     if outputs not in ("walk", "beside"):
         raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
     if factors not in (None, "wu", "t"):
@@ -281,8 +287,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
-    if ring:         # the ring holds two pieces: at most RING_CHUNKS chunks each, whatever T
-        pieces = min(NT, max(pieces, triton.cdiv(NT, RING_CHUNKS)))
+    if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T
+        pieces = min(NT, max(pieces, triton.cdiv(NT, ring_chunks)))
 
     if cu_seqlens is None:
         chunk_offsets, log_n, seq_order = dummy, 0, dummy
@@ -327,7 +333,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
             scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV, IS_VARLEN=cu_seqlens is not None,
             HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split,
-            HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in, QS_FIRST=qs_first,
+            HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring, **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):

@@ -94,7 +94,6 @@ BF16_VARIANTS = [
     dict(attention="walk", block_v=64, walk_stages=1),
     dict(fast_dots=True),
     dict(state_split=0),                              # an fp32 walk: w and u then default to fp32-exact
-    dict(qs_first=True),                              # q S before the writes' products (v6 candidate)
 ]
 
 
@@ -176,19 +175,18 @@ def test_triton_bf16_outputs_beside_the_walk(factors, l2norm):
 
 
 def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
-    """Pieces asked for are raised so that each holds at most RING_CHUNKS chunks (the ring's size
+    """Pieces asked for are raised so that each holds at most ring_chunks chunks (the ring's size
     does not grow with T): 2 pieces asked, 2 chunks a piece allowed -> 5 pieces of 9 chunks."""
     import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=41, device=DEVICE)
     kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32)
     o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, **kw)
-    monkeypatch.setattr(forward, "RING_CHUNKS", 2)
     launches = []
     real = forward._chunk_out_kernel
     monkeypatch.setattr(forward, "_chunk_out_kernel", type("Spy", (), {
         "__getitem__": lambda self, grid: (launches.append(grid), real[grid])[1]})())
-    o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", **kw)
+    o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", ring_chunks=2, **kw)
     assert [grid[1] for grid in launches] == [1, 2, 2, 2, 2]          # chunks a piece: 9 * i // 5
     assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
 
@@ -207,9 +205,9 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
-@pytest.mark.parametrize("factors, qs_first", [("t", False), ("wu", False), ("t", True)])
+@pytest.mark.parametrize("factors", ["t", "wu"])
 @pytest.mark.parametrize("C, l2norm", [(16, True), (32, False), (64, True)])
-def test_triton_bf16_factors(factors, qs_first, C, l2norm):
+def test_triton_bf16_factors(factors, C, l2norm):
     """What the WY pass hands the walk, in one segment: T diag(beta), from which the walk forms the
     writes U = T diag(beta) (v - diag(r e^G) k S) (the default), or w and u (U = u - w S)."""
     from gdn.ops.triton import triton_forward
@@ -219,7 +217,7 @@ def test_triton_bf16_factors(factors, qs_first, C, l2norm):
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=l2norm, chunk_size=C, num_segments=1, out=o,
-                          **dict(SPLIT, factors=factors, qs_first=qs_first))
+                          **dict(SPLIT, factors=factors))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     with pytest.raises(ValueError, match="factors must be"):
@@ -304,3 +302,13 @@ def test_triton_rejects_unsupported_chunk_size():
     for C in (8, 128):
         with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
             gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)
+
+
+def test_choose_pieces_follows_the_sweep():
+    """B = 1, 32 value heads, 128 walk programs on 132 SMs: pieces of at least 64 chunks (the host's
+    launches keep pace), as timed on the H200 at T = 8k, 16k, 32k and 128k (benchmarks/NOTES.md v6);
+    none for short sequences or a full GPU."""
+    from gdn.ops.triton.forward import choose_pieces
+    assert [choose_pieces(128, T // 64, 132) for T in (2048, 8192, 16384, 32768, 131072, 1 << 20)] == \
+        [1, 2, 4, 8, 16, 16]
+    assert choose_pieces(512, 4096, 132) == 1               # the walk fills the GPU: nothing beside it
