@@ -243,7 +243,11 @@ def print_timeline(fn) -> None:
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        events = [e for e in json.load(open(f.name))["traceEvents"] if e.get("cat") == "kernel"]
+        with open(f.name) as trace:
+            events = [e for e in json.load(trace)["traceEvents"] if e.get("cat") == "kernel"]
+    if not events:
+        print("  timeline of one call: no kernels traced")
+        return
     events.sort(key=lambda e: e["ts"])
     t0 = events[0]["ts"]
     print("  timeline of one call: kernel, stream, start us, end us")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_inputs
+from .checks import check_inputs, check_seqlens
 from .ops.chunk import chunk_forward
 from .ops.common import triton_interpreting
 from .ops.recurrent import recurrent_forward
@@ -90,6 +90,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         # Each packed sequence runs as its own batch of one: exact, and no padding work.
         outs, states = [], []
         bounds = cu_seqlens.tolist()
+        check_seqlens(bounds, q.shape[1])       # checked again as read: the slices below trust them
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             s0 = None if S0 is None else S0[i:i + 1]
             o_i, S_i = _run_dense(forward, qc[:, a:b], kc[:, a:b], vc[:, a:b], gc[:, a:b], bc[:, a:b],

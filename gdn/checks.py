@@ -68,11 +68,12 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
     return N
 
 
-# The last cu_seqlens whose values passed, as (weak reference, version counter, T). Reading the values
-# is a host sync, which on a GPU waits for all queued work and then exposes every launch of the call;
-# the layers of a model pass the same tensor, so each one after the first skips it. In-place writes
-# bump the version counter, so a changed tensor is read again (writes that bypass autograd's counter,
-# through .data or a raw kernel, are not seen: the kernels read the device values either way).
+# The last CUDA cu_seqlens whose values passed, as (weak reference, version counter, T). Reading the
+# values of a CUDA tensor is a host sync, which waits for all queued work and then exposes every launch
+# of the call; the layers of a model pass the same tensor, so each one after the first skips it.
+# In-place writes bump the version counter, so a changed tensor is read again. Writes that bypass
+# autograd's counter (through .data, DLPack or a raw kernel) are not seen, and inference tensors have
+# no counter: those are read every time. CPU tensors are always read (no sync there).
 _last_valid_cu_seqlens = (lambda: None, -1, -1)
 
 
@@ -86,14 +87,21 @@ def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> None:
         raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
     if B != 1:
         raise ValueError(f"with cu_seqlens the batch size must be 1 (sequences packed along T), got B={B}")
-    ref, version, last_T = _last_valid_cu_seqlens
-    if ref() is cu_seqlens and version == cu_seqlens._version and last_T == T:
-        return
-    bounds = cu_seqlens.tolist()
+    cacheable = cu_seqlens.is_cuda and not cu_seqlens.is_inference()
+    if cacheable:
+        ref, version, last_T = _last_valid_cu_seqlens
+        if ref() is cu_seqlens and version == cu_seqlens._version and last_T == T:
+            return
+    check_seqlens(cu_seqlens.tolist(), T)
+    if cacheable:
+        _last_valid_cu_seqlens = (weakref.ref(cu_seqlens), cu_seqlens._version, T)
+
+
+def check_seqlens(bounds: list, T: int) -> None:
+    """The values of cu_seqlens, read to the host: from 0 to T, non-decreasing."""
     if bounds[0] != 0:
         raise ValueError(f"cu_seqlens must start at 0, got {bounds[0]}")
     if bounds[-1] != T:
         raise ValueError(f"cu_seqlens must end at T={T}, got {bounds[-1]}")
     if any(b < a for a, b in zip(bounds, bounds[1:])):
         raise ValueError(f"cu_seqlens must be non-decreasing, got {bounds}")
-    _last_valid_cu_seqlens = (weakref.ref(cu_seqlens), cu_seqlens._version, T)

@@ -107,11 +107,13 @@ def test_auto_runs_a_single_cpu_token_token_by_token():
 
 
 def test_cu_seqlens_values_are_read_once_per_tensor_version(monkeypatch):
-    """The values of cu_seqlens are read (a host sync on a GPU) once for a tensor that calls pass
-    again unchanged, as the layers of a model do; an in-place change is read and checked again."""
+    """The values of a CUDA cu_seqlens are read (a host sync) once for a tensor that calls pass again
+    unchanged, as the layers of a model do; an in-place change is read and checked again. (No GPU
+    here: the tensor passes for a CUDA one.)"""
     reads = []
     tolist = torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or tolist(self))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     from gdn.checks import _check_cu_seqlens
     cu = torch.tensor([0, 3, 8])
     _check_cu_seqlens(cu, 1, 8)
@@ -124,3 +126,21 @@ def test_cu_seqlens_values_are_read_once_per_tensor_version(monkeypatch):
         _check_cu_seqlens(cu, 1, 8)
     with pytest.raises(ValueError, match="non-decreasing"):   # a failed check is not remembered
         _check_cu_seqlens(cu, 1, 8)
+
+
+def test_cu_seqlens_on_the_cpu_are_read_every_call():
+    """No sync to save on the CPU: a write the version counter does not see (through NumPy) is caught."""
+    cu = torch.tensor([0, 3, 8])
+    call(cu_seqlens=cu)
+    cu.numpy()[1] = 9
+    with pytest.raises(ValueError, match="non-decreasing"):
+        call(cu_seqlens=cu)
+
+
+def test_cu_seqlens_made_in_inference_mode():
+    """Inference tensors have no version counter: they are read every call, in and out of the mode."""
+    with torch.inference_mode():
+        cu = torch.tensor([0, 3, 8])
+        o_in, _ = call(cu_seqlens=cu)
+    o_out, _ = call(cu_seqlens=cu)
+    assert o_in.shape == o_out.shape == (1, 8, 4, 6)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 
 import torch
 import triton
@@ -53,17 +54,18 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
-def choose_pieces(programs: int, num_chunks: int, num_sms: int) -> int:
+def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int) -> int:
     """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
     walk of the previous one: only when the walk takes at most one program per SM (it is then
     latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
-    an event (0.1-0.25 ms of host time on the H200 machine, which a short piece's GPU work does not
-    hide), and the WY pass of the first piece runs alone: so at least 64 chunks a piece, 8 pieces
-    up to 1024 chunks, then pieces of ~128 chunks, at most 16 (the H200 sweeps of
-    benchmarks/NOTES.md v6)."""
+    an event (0.07-0.25 ms of host time a piece on the H200 machine, which a short piece's GPU work
+    does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
+    8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
+    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks)."""
     if programs > num_sms:
         return 1
-    return max(1, min(16, num_chunks // 64, max(8, num_chunks // 128)))
+    tokens = num_chunks * chunk_size
+    return max(1, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
 
 
 _SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
@@ -252,7 +254,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = triton.cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
-    if isinstance(ring_chunks, bool) or not isinstance(ring_chunks, int) or ring_chunks < 1:
+    if isinstance(ring_chunks, bool) or not isinstance(ring_chunks, numbers.Integral) or ring_chunks < 1:
         raise ValueError(f"ring_chunks must be a positive int, got {ring_chunks!r}")
     if outputs not in ("walk", "beside"):
         raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
@@ -283,7 +285,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
         attn, attn2 = attn_parts[0], attn_parts[1]
     if pieces is None:
-        pieces = choose_pieces(N * HV * NV, NT, _num_sms(q.device)) if (
+        pieces = choose_pieces(N * HV * NV, NT, BT, _num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
