@@ -62,11 +62,11 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
     saved = {name: getattr(forward, name) for name in KERNELS}
-    saved_sms = forward._num_sms
+    saved_sms = forward.num_sms
     try:
         for name in KERNELS:
             setattr(forward, name, _Recorder(saved[name], launches))
-        forward._num_sms = lambda device: num_sms
+        forward.num_sms = lambda device: num_sms
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
         k = torch.empty_like(q)
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
@@ -79,7 +79,7 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     finally:
         for name, fn in saved.items():
             setattr(forward, name, fn)
-        forward._num_sms = saved_sms
+        forward.num_sms = saved_sms
     return launches
 
 

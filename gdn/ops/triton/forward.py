@@ -14,11 +14,10 @@ When the walk takes at most one program per SM (one sequence, or a few), it is l
 leaves room on every SM: the launcher then cuts the chunks into pieces and runs the WY pass of piece
 i + 1 on the caller's stream beside the walk of piece i on a side stream (``pieces``), the state
 carried between the walk's launches in the final-state buffer. Events order them; nothing spins.
+How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.schedule.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
 import numbers
 
 import torch
@@ -28,6 +27,7 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .chunk_out import _chunk_out_kernel
+from .schedule import choose_pieces, choose_segments, num_sms, on_stream, on_tensor_device, side_streams
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
@@ -36,88 +36,7 @@ RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring ho
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4                       # Triton's CPU interpreter: small, so small tests exercise the split
-
-
-def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_sm: int = 2,
-                    min_chunks: int = 4) -> int:
-    """How many segments to cut each sequence into so that the state walk fills the GPU in one wave
-    (``programs_per_sm`` resident programs on each of ``num_sms`` SMs), keeping at least
-    ``min_chunks`` chunks per segment (the segment maps cost about one extra state walk). Rounded
-    down: a second, partial wave takes as long as the first, so more segments than fit only add maps."""
-    slots = programs_per_sm * num_sms
-    if 2 * programs > slots or num_chunks < 2 * min_chunks:
-        return 1
-    return max(1, min(slots // programs, num_chunks // min_chunks))
-
-
-def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int) -> int:
-    """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
-    walk of the previous one: only when the walk takes at most one program per SM (it is then
-    latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
-    an event (0.07-0.25 ms of host time a piece on the H200 machine, which a short piece's GPU work
-    does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
-    8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
-    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks)."""
-    if programs > num_sms:
-        return 1
-    tokens = num_chunks * chunk_size
-    return max(1, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
-
-
-_SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
-
-
-@contextlib.contextmanager
-def _side_streams(device: torch.device, count: int = 1):
-    """(main, side, ...): the caller's stream and ``count`` side streams, each starting after the work
-    queued so far; the caller's stream waits for all of them on exit. The first, for the state walk,
-    has the highest priority; the next (the outputs beside the walk, which the walk two pieces on
-    waits for) the next highest, so that neither queues behind the WY passes the caller's stream
-    holds. Nones off CUDA: the interpreter runs everything in order."""
-    if device.type != "cuda":
-        yield (None,) * (count + 1)
-        return
-    main = torch.cuda.current_stream(device)
-    # Side streams per caller stream: callers on different streams (or threads, or a graph being
-    # captured) never queue behind each other's walks.
-    sides = []
-    for j in range(count):
-        key = (main.device.index, main.cuda_stream, j)
-        side = _SIDE_STREAMS.get(key)
-        if side is None:
-            # Out-of-range priorities are clamped to the device's range (walk and outputs may share one).
-            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-2 if j == 0 else -1)
-        side.wait_stream(main)
-        sides.append(side)
-    try:
-        yield (main, *sides)
-    finally:
-        for side in sides:
-            main.wait_stream(side)
-
-
-def _on(stream):
-    """Launch on ``stream``; None (off CUDA, see _side_streams): on the current one."""
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
-def _on_tensor_device(fn):
-    """Run ``fn`` with q's CUDA device current: Triton launches on the current device's current
-    stream, and the side stream's events must order kernels of q's device."""
-    @functools.wraps(fn)
-    def on_device(q, *args, **kwargs):
-        if q.is_cuda:
-            with torch.cuda.device(q.device):
-                return fn(q, *args, **kwargs)
-        return fn(q, *args, **kwargs)
-    return on_device
-
-
-@_on_tensor_device
+@on_tensor_device
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
@@ -218,7 +137,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
         # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
-        wide = N * HV * triton.cdiv(V, 64) >= 2 * _num_sms(q.device)
+        wide = N * HV * triton.cdiv(V, 64) >= 2 * num_sms(q.device)
         block_v = 64 if wide or state_split == 0 else 32
         if walk_stages is None and state_split > 0:
             walk_stages = 1 if wide else 2
@@ -248,7 +167,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     elif num_segments is not None or (pieces is not None and pieces > 1):
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
     else:
-        P = choose_segments(N * HV * NV, NT, _num_sms(q.device), programs_per_sm)
+        P = choose_segments(N * HV * NV, NT, num_sms(q.device), programs_per_sm)
     L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
         P = triton.cdiv(NT, L)     # no empty segments
@@ -285,7 +204,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
         attn, attn2 = attn_parts[0], attn_parts[1]
     if pieces is None:
-        pieces = choose_pieces(N * HV * NV, NT, BT, _num_sms(q.device)) if (
+        pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device)) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
@@ -353,7 +272,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
         half = triton.cdiv(NT, pieces)
         outputs_done = []
-        with _side_streams(q.device, 2 if ring else 1) as (main, side, *rest):
+        with side_streams(q.device, 2 if ring else 1) as (main, side, *rest):
             cuda = main is not None
             for i in range(pieces):
                 wy_pass(bounds[i], bounds[i + 1] - bounds[i])
@@ -361,12 +280,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                     side.wait_event(main.record_event())
                     if ring and i >= 2:
                         side.wait_event(outputs_done[i - 2])
-                with _on(side):
+                with on_stream(side):
                     state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * half)
                 if ring:
                     if cuda:
                         rest[0].wait_event(side.record_event())
-                    with _on(rest[0]):
+                    with on_stream(rest[0]):
                         output_pass(bounds[i], bounds[i + 1], (i % 2) * half)
                     if cuda:
                         outputs_done.append(rest[0].record_event())

@@ -269,15 +269,6 @@ def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_fir
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
-def test_choose_segments_fills_one_wave():
-    from gdn.ops.triton.forward import choose_segments
-    assert choose_segments(64, 512, 132) == 4              # 256 programs on 264 slots, not 320
-    assert choose_segments(128, 512, 132, programs_per_sm=1) == 1
-    assert choose_segments(128, 512, 132, programs_per_sm=2) == 2
-    assert choose_segments(1024, 64, 132) == 1
-    assert choose_segments(4, 12, 132) == 3                # at least min_chunks chunks a segment
-
-
 def test_triton_without_initial_or_final_state():
     q, k, v, g, beta, _ = random_inputs(1, 40, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
     o_ref, _ = reference_gdn(q, k, v, g, beta)
@@ -302,14 +293,3 @@ def test_triton_rejects_unsupported_chunk_size():
     for C in (8, 128):
         with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
             gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)
-
-
-def test_choose_pieces_follows_the_sweep():
-    """B = 1, 32 value heads, 128 walk programs on 132 SMs: pieces of at least 4096 tokens (the host's
-    launches keep pace), as timed on the H200 at T = 8k, 16k, 32k and 128k (benchmarks/NOTES.md v6);
-    none for short sequences or a full GPU; counted in tokens, so smaller chunks get no more pieces."""
-    from gdn.ops.triton.forward import choose_pieces
-    assert [choose_pieces(128, T // 64, 64, 132) for T in (2048, 8192, 16384, 32768, 131072, 1 << 20)] == \
-        [1, 2, 4, 8, 16, 16]
-    assert choose_pieces(128, 8192 // 16, 16, 132) == 2
-    assert choose_pieces(512, 4096, 64, 132) == 1           # the walk fills the GPU: nothing beside it

@@ -1,0 +1,91 @@
+"""How the Triton forward's work is cut and placed on the GPU: segments of a sequence (joined by the
+affine-map scan) when sequences x heads cannot fill the SMs, pieces of chunks whose WY pass runs
+beside the previous piece's walk, and the side streams and device context those launches use.
+The numbers behind each rule are in benchmarks/NOTES.md (H200 sweeps)."""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4                       # Triton's CPU interpreter: small, so small tests exercise the split
+
+
+def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_sm: int = 2,
+                    min_chunks: int = 4) -> int:
+    """How many segments to cut each sequence into so that the state walk fills the GPU in one wave
+    (``programs_per_sm`` resident programs on each of ``num_sms`` SMs), keeping at least
+    ``min_chunks`` chunks per segment (the segment maps cost about one extra state walk). Rounded
+    down: a second, partial wave takes as long as the first, so more segments than fit only add maps."""
+    slots = programs_per_sm * num_sms
+    if 2 * programs > slots or num_chunks < 2 * min_chunks:
+        return 1
+    return max(1, min(slots // programs, num_chunks // min_chunks))
+
+
+def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int) -> int:
+    """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
+    walk of the previous one: only when the walk takes at most one program per SM (it is then
+    latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
+    an event (0.07-0.3 ms of host time a piece on the H200 machine, which a short piece's GPU work
+    does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
+    8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
+    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks)."""
+    if programs > num_sms:
+        return 1
+    tokens = num_chunks * chunk_size
+    return max(1, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
+
+
+_SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def side_streams(device: torch.device, count: int = 1):
+    """(main, side, ...): the caller's stream and ``count`` side streams, each starting after the work
+    queued so far; the caller's stream waits for all of them on exit. The first, for the state walk,
+    has the highest priority; the next (the outputs beside the walk, which the walk two pieces on
+    waits for) the next highest, so that neither queues behind the WY passes the caller's stream
+    holds. Nones off CUDA: the interpreter runs everything in order."""
+    if device.type != "cuda":
+        yield (None,) * (count + 1)
+        return
+    main = torch.cuda.current_stream(device)
+    # Side streams per caller stream: callers on different streams (or threads, or a graph being
+    # captured) never queue behind each other's walks.
+    sides = []
+    for j in range(count):
+        key = (main.device.index, main.cuda_stream, j)
+        side = _SIDE_STREAMS.get(key)
+        if side is None:
+            # Out-of-range priorities are clamped to the device's range (walk and outputs may share one).
+            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-2 if j == 0 else -1)
+        side.wait_stream(main)
+        sides.append(side)
+    try:
+        yield (main, *sides)
+    finally:
+        for side in sides:
+            main.wait_stream(side)
+
+
+def on_stream(stream):
+    """Launch on ``stream``; None (off CUDA, see side_streams): on the current one."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def on_tensor_device(fn):
+    """Run ``fn`` with q's CUDA device current: Triton launches on the current device's current
+    stream, and the side stream's events must order kernels of q's device."""
+    @functools.wraps(fn)
+    def on_device(q, *args, **kwargs):
+        if q.is_cuda:
+            with torch.cuda.device(q.device):
+                return fn(q, *args, **kwargs)
+        return fn(q, *args, **kwargs)
+    return on_device

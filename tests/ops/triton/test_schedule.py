@@ -1,0 +1,21 @@
+"""How the Triton forward cuts its work (gdn.ops.triton.schedule): pure functions, no kernels."""
+
+
+def test_choose_segments_fills_one_wave():
+    from gdn.ops.triton.schedule import choose_segments
+    assert choose_segments(64, 512, 132) == 4              # 256 programs on 264 slots, not 320
+    assert choose_segments(128, 512, 132, programs_per_sm=1) == 1
+    assert choose_segments(128, 512, 132, programs_per_sm=2) == 2
+    assert choose_segments(1024, 64, 132) == 1
+    assert choose_segments(4, 12, 132) == 3                # at least min_chunks chunks a segment
+
+
+def test_choose_pieces_follows_the_sweep():
+    """B = 1, 32 value heads, 128 walk programs on 132 SMs: pieces of at least 4096 tokens (the host's
+    launches keep pace), as timed on the H200 at T = 8k, 16k, 32k and 128k (benchmarks/NOTES.md v6);
+    none for short sequences or a full GPU; counted in tokens, so smaller chunks get no more pieces."""
+    from gdn.ops.triton.schedule import choose_pieces
+    assert [choose_pieces(128, T // 64, 64, 132) for T in (2048, 8192, 16384, 32768, 131072, 1 << 20)] == \
+        [1, 2, 4, 8, 16, 16]
+    assert choose_pieces(128, 8192 // 16, 16, 132) == 2
+    assert choose_pieces(512, 4096, 64, 132) == 1           # the walk fills the GPU: nothing beside it
