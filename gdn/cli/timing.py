@@ -8,10 +8,13 @@ import torch
 
 
 def median_ms(fn, device: str, *, repeats: int = 5, warmup: int = 1) -> float:
-    """Median time of ``fn()`` in milliseconds (warm-up calls outside the timed region)."""
+    """Median time of ``fn()`` in milliseconds (warm-up calls outside the timed region). On a GPU,
+    ``triton.testing.do_bench`` after 200 ms of warm-up calls: a provider's first call may compile for
+    tens of seconds with the GPU idle (clocks down to ~375 MHz on the H200), and 25 ms of warm-up
+    left the first shape of a run slow for the peers (benchmarks/NOTES.md v6)."""
     if str(device).startswith("cuda"):
         import triton.testing
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        return float(triton.testing.do_bench(fn, warmup=200, rep=100, return_mode="median"))
     for _ in range(warmup):
         fn()
     times = []
