@@ -48,6 +48,7 @@ CONFIGS = {
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
     "bv16 st1": dict(block_v=16, walk_stages=1),
+    "bv16 st1 pieces 8": dict(block_v=16, walk_stages=1, pieces=8),   # two walk programs an SM, WY beside
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
     "walk 8 warps": dict(walk_warps=8),
