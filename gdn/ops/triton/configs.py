@@ -42,7 +42,6 @@ CONFIGS = {
     "pieces 16": dict(pieces=16),
     "pieces 2": dict(pieces=2),
     "pieces 8": dict(pieces=8),
-
     # the walk's shape: state columns a program, pipeline stages, segments, warps
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)

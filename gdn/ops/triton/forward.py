@@ -74,7 +74,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default on a
-    GPU when the walk takes at most one program per SM: see choose_pieces) runs the WY pass of each
+    GPU when the walk takes at most one program per SM: see schedule.choose_pieces) runs the WY pass of each
     piece of chunks beside the walk of the one before. ``inverse`` defaults to "blocks" on the split
     WY pass, "product" otherwise.
 
