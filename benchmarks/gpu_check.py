@@ -158,6 +158,18 @@ def selected_configs():
     return {n: CONFIGS[n] for n in names.split(";")} if names else CONFIGS
 
 
+def bf16_problem(B, T):
+    """q, k, v, g, beta of the timing sections: bf16 inputs at H, HV, K, V of this script."""
+    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+
+
+def forward_call(inputs, config, cu=None):
+    """One forward as the timing sections run it (l2norm, final state) with a config's keywords."""
+    q, k, v, g, beta = inputs
+    return lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                  use_qk_l2norm=True, cu_seqlens=cu, **config)
+
+
 def kernels() -> None:
     shapes = SHAPES
     print("\ncompiled kernels (n_regs, n_spills from the driver; programs/SM from registers and shared memory)")
@@ -165,9 +177,7 @@ def kernels() -> None:
         for B, T in shapes:
             if "P=" in cname and B > 1:
                 continue
-            q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
-            log = launched_kernels(lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                                          use_qk_l2norm=True, **kw))
+            log = launched_kernels(forward_call(bf16_problem(B, T), kw))
             print(f"  {cname} B{B}xT{T}")
             for name, grid, kernel in log:
                 print(kernel_line(name, grid, kernel))
@@ -186,9 +196,7 @@ def timing() -> None:
             if "P=" in cname and B > 1:
                 cells.append(f"{'-':>14}")
                 continue
-            q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
-            fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                        use_qk_l2norm=True, **kw)
+            fn = forward_call(bf16_problem(B, T), kw)
             fn()
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             torch.cuda.synchronize()
@@ -207,16 +215,15 @@ def profile() -> None:
     a name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh)."""
     from gdn.cli.peers import available_peers
     for label, B, T, pieces in parse_shapes(os.environ.get("GDN_PROFILE_SHAPES", "1x32768").replace(";", ",")):
-        q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+        inputs = bf16_problem(B, T)
         cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
         for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
             if cname.startswith("peer:"):
                 peer = available_peers("cuda")[cname[5:]]
-                fn = lambda: peer(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
+                fn = lambda: peer(*inputs, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
                                   cu_seqlens=cu)
             else:
-                fn = lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                            use_qk_l2norm=True, cu_seqlens=cu, **CONFIGS[cname])
+                fn = forward_call(inputs, CONFIGS[cname], cu)
             fn()
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -260,10 +267,11 @@ def once() -> None:
     compile it: for ncu, which profiles the kernels of the second call (--launch-skip), and for
     compute-sanitizer."""
     (B, T), = env_shapes("GDN_ONCE", "1x4096")
-    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+    inputs = bf16_problem(B, T)
     for cname, kw in selected_configs().items():
+        fn = forward_call(inputs, kw)
         for _ in range(2):
-            triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True, **kw)
+            fn()
         torch.cuda.synchronize()
         print(f"once: {cname} B{B} x T{T} ran", flush=True)
 

@@ -28,10 +28,10 @@ import triton
 import triton.language as tl
 
 from .addressing import row_tile, row_vec, rows_block
-from .chunk_out import ring_rows_offsets, ring_state_offsets, stored_attention_outputs
+from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
-from .split_dot import bf16_parts, dot_parts, split_dot, store_parts
-from .wy import load_chunk
+from .split_dot import bf16_parts, dot_parts, load_parts, split_dot, store_parts
+from .wy import load_chunk, load_chunk_square
 
 
 @triton.jit
@@ -56,26 +56,9 @@ def _dot_inputs(a, b, PRECISION: tl.constexpr):
 def _load_w(w, w2, w3, tok0, i_hv, T_seq, t0, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
             BK: tl.constexpr, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One chunk's w [BT, BK] (or its SPLIT bf16 parts), as the WY pass stored it."""
-    return _load_parts(rows_block(w, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
+    return load_parts(rows_block(w, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
                        rows_block(w2, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
                        rows_block(w3, tok0, i_hv, T_seq, t0, HV, K, BT, BK), SPLIT, DOT_DTYPE)
-
-
-@triton.jit
-def _load_parts(p_1, p_2, p_3, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """A tile through block pointers (rows and columns out of bounds read zeros): as stored when
-    SPLIT = 0 (the other two returned are placeholders); else its SPLIT bf16 parts (store_parts) in
-    DOT_DTYPE, which go to the matrix units as they are: no fp32 tile in registers."""
-    b_1 = tl.load(p_1, boundary_check=(0, 1), padding_option="zero")
-    if SPLIT > 0:
-        b_1 = b_1.to(DOT_DTYPE)
-        b_2 = tl.load(p_2, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
-        b_3 = b_2
-        if SPLIT == 3:
-            b_3 = tl.load(p_3, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
-    else:
-        b_2, b_3 = b_1, b_1
-    return b_1, b_2, b_3
 
 
 @triton.jit
@@ -195,7 +178,7 @@ def _chunk_fwd_kernel(
             o_A = i_map * K * K + o_k[:, None] * K + o_k[None, :]
             b_B = tl.load(maps_B + i_map * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
             if SPLIT > 0:
-                b_A, b_A2, b_A3 = _load_parts(_square_block(maps_A, i_map, K, BK),
+                b_A, b_A2, b_A3 = load_parts(_square_block(maps_A, i_map, K, BK),
                                               _square_block(maps_A2, i_map, K, BK),
                                               _square_block(maps_A3, i_map, K, BK), SPLIT, DOT_DTYPE)
                 b_s1, b_s2, b_s3 = bf16_parts(b_S, SPLIT, DOT_DTYPE)
@@ -226,16 +209,14 @@ def _chunk_fwd_kernel(
             # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
             b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
             if OUT_RING:           # the chunk's start state, for the outputs beside the walk
-                o_ring = ring_state_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
+                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
                 tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
                 tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
             if T_IN:
                 # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
                 b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
                 b_Z += b_u.to(tl.float32)
-                b_T, b_T2, _ = _load_parts(rows_block(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
-                                           rows_block(tb2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
-                                           rows_block(tb2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
+                b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
                 b_z1, b_z2, b_z3 = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
                 b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
             else:
@@ -244,15 +225,13 @@ def _chunk_fwd_kernel(
                 b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
             if OUT_RING:
                 b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                o_ring = ring_rows_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
+                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
                 m_ring = m_t[:, None] & m_v[None, :]
                 tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
                 tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
             elif ATTN_IN:
                 # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-                b_P, b_P2, _ = _load_parts(rows_block(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
-                                           rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT),
-                                           rows_block(attn2, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT), 2, DOT_DTYPE)
+                b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
                 b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
                 b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
             else:

@@ -18,20 +18,14 @@ import triton.language as tl
 
 from .addressing import row_vec, rows_block
 from .split_dot import dot_parts
+from .wy import load_chunk_square
 
 
 @triton.jit
-def ring_state_offsets(i_slot, i_nh, NHV, K: tl.constexpr, V: tl.constexpr, o_k, o_v):
-    """Offsets of the state tile (rows o_k, columns o_v) of ring slot i_slot, sequence x head i_nh,
-    in a [slots, NHV, K, V] ring."""
-    return ((i_slot.to(tl.int64) * NHV + i_nh) * K + o_k[:, None]) * V + o_v[None, :]
-
-
-@triton.jit
-def ring_rows_offsets(i_slot, i_nh, NHV, BT: tl.constexpr, V: tl.constexpr, o_t, o_v):
-    """Offsets of the writes tile (chunk rows o_t, columns o_v) of ring slot i_slot, sequence x head
-    i_nh, in a [slots, NHV, BT, V] ring."""
-    return ((i_slot.to(tl.int64) * NHV + i_nh) * BT + o_t[:, None]) * V + o_v[None, :]
+def ring_offsets(i_slot, i_nh, NHV, ROWS: tl.constexpr, V: tl.constexpr, o_r, o_v):
+    """Offsets of the tile (rows o_r, columns o_v) of ring slot i_slot, sequence x head i_nh, in a
+    [slots, NHV, ROWS, V] ring: the chunk states (ROWS = K) or the writes (ROWS = BT)."""
+    return ((i_slot.to(tl.int64) * NHV + i_nh) * ROWS + o_r[:, None]) * V + o_v[None, :]
 
 
 @triton.jit
@@ -74,16 +68,13 @@ def _chunk_out_kernel(
     else:
         b_rq = tl.full([BT], 1.0, dtype=tl.float32)
     b_G = tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
-    o_s = ring_state_offsets(i_slot, i_nh, NHV, K, V, o_k, o_v)
+    o_s = ring_offsets(i_slot, i_nh, NHV, K, V, o_k, o_v)
     b_s1 = tl.load(ring_s + o_s, mask=m_kv, other=0.0).to(DOT_DTYPE)        # the parts of -S
     b_s2 = tl.load(ring_s2 + o_s, mask=m_kv, other=0.0).to(DOT_DTYPE)
-    o_u = ring_rows_offsets(i_slot, i_nh, NHV, BT, V, o_t, o_v)
+    o_u = ring_offsets(i_slot, i_nh, NHV, BT, V, o_t, o_v)
     b_u1 = tl.load(ring_u + o_u, mask=m_tv, other=0.0).to(DOT_DTYPE)        # the parts of U
     b_u2 = tl.load(ring_u2 + o_u, mask=m_tv, other=0.0).to(DOT_DTYPE)
-    b_P = tl.load(rows_block(attn, tok0, i_hv, T, c * BT, HV, BT, BT, BT), boundary_check=(0, 1),
-                  padding_option="zero").to(DOT_DTYPE)
-    b_P2 = tl.load(rows_block(attn2, tok0, i_hv, T, c * BT, HV, BT, BT, BT), boundary_check=(0, 1),
-                   padding_option="zero").to(DOT_DTYPE)
+    b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T, c * BT, HV, BT, DOT_DTYPE)
     b_nqS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s2, 2, None)          # -(q S) = q (-S)
     b_o = stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
     tl.store(rows_block(o, tok0, i_hv, T, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),

@@ -237,9 +237,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
 
     rings = (dummy,) * 4
+    piece_chunks = triton.cdiv(NT, pieces)          # the most chunks a piece holds: its ring slots
     if ring:
         # Two pieces of chunk states (bf16 parts of -S) and writes (bf16 parts of U).
-        slots = 2 * triton.cdiv(NT, pieces)
+        slots = 2 * piece_chunks
         ring_states = torch.empty(2, slots, N * HV, K, V, dtype=torch.bfloat16, device=q.device)
         ring_writes = torch.empty(2, slots, N * HV, BT, V, dtype=torch.bfloat16, device=q.device)
         rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
@@ -270,7 +271,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # i + 1; the walk of piece i + 2 reuses piece i's ring slots, so it waits for those outputs.
         bounds = [NT * i // pieces for i in range(pieces + 1)]
         carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
-        half = triton.cdiv(NT, pieces)
         outputs_done = []
         with side_streams(q.device, 2 if ring else 1) as (main, side, *rest):
             cuda = main is not None
@@ -281,12 +281,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                     if ring and i >= 2:
                         side.wait_event(outputs_done[i - 2])
                 with on_stream(side):
-                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * half)
+                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * piece_chunks)
                 if ring:
                     if cuda:
                         rest[0].wait_event(side.record_event())
                     with on_stream(rest[0]):
-                        output_pass(bounds[i], bounds[i + 1], (i % 2) * half)
+                        output_pass(bounds[i], bounds[i + 1], (i % 2) * piece_chunks)
                     if cuda:
                         outputs_done.append(rest[0].record_event())
         return o, ht

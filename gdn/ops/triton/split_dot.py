@@ -87,3 +87,20 @@ def store_parts(p, p_2, p_3, b, mask, NPARTS: tl.constexpr):
         tl.store(p_2, b_2, mask=mask)
         if NPARTS == 3:
             tl.store(p_3, b_3, mask=mask)
+
+
+@triton.jit
+def load_parts(p_1, p_2, p_3, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """A tile through block pointers (rows and columns out of bounds read zeros): as stored when
+    SPLIT = 0 (the other two returned are placeholders); else its SPLIT bf16 parts (store_parts) in
+    DOT_DTYPE, which go to the matrix units as they are: no fp32 tile in registers."""
+    b_1 = tl.load(p_1, boundary_check=(0, 1), padding_option="zero")
+    if SPLIT > 0:
+        b_1 = b_1.to(DOT_DTYPE)
+        b_2 = tl.load(p_2, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
+        b_3 = b_2
+        if SPLIT == 3:
+            b_3 = tl.load(p_3, boundary_check=(0, 1), padding_option="zero").to(DOT_DTYPE)
+    else:
+        b_2, b_3 = b_1, b_1
+    return b_1, b_2, b_3

@@ -22,7 +22,7 @@ import triton.language as tl
 from ..common import L2NORM_EPS
 from .addressing import row_offsets, row_tile, row_vec, rows_block
 from .decay import chunk_decay
-from .split_dot import split_dot, store_parts
+from .split_dot import load_parts, split_dot, store_parts
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -183,6 +183,17 @@ def store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i
     b_P = tl.dot(b_q, tl.trans(b_k)) * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
     o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
     store_parts(attn_out + o_w, attn2_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], 2)
+
+
+@triton.jit
+def load_chunk_square(p, p2, tok0, i_hv, T_seq, t0, HV: tl.constexpr, BT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """A chunk's [BT, BT] tile that this pass stored as two bf16 parts at p, p2 [tokens, HV, BT]
+    (the output attention of store_attention, or T diag(beta)): the two parts in DOT_DTYPE, rows past
+    the sequence's end zero."""
+    b_1, b_2, _ = load_parts(rows_block(p, tok0, i_hv, T_seq, t0, HV, BT, BT, BT),
+                             rows_block(p2, tok0, i_hv, T_seq, t0, HV, BT, BT, BT),
+                             rows_block(p2, tok0, i_hv, T_seq, t0, HV, BT, BT, BT), 2, DOT_DTYPE)
+    return b_1, b_2
 
 
 @triton.jit
