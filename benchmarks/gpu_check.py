@@ -5,13 +5,13 @@ Every check draws fresh random inputs, poisons the output buffer with NaN before
 copies the results on the caller's stream before synchronizing (so a missing stream dependency
 shows as NaN), and compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
 plain recurrence by the test suite). Run on the GPU machine:
-    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once]   (default: all)
+    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once] [host]   (default: all)
 Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CONFIGS          the configs of the kernels, time and once sections
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains this text
-    GDN_TIME_SHAPES      "BxT;BxT" of the time section; GDN_PROFILE_SHAPES / _CONFIGS of the profile
+    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section; GDN_HOST_SHAPE "BxT" of the host section; GDN_PROFILE_SHAPES / _CONFIGS of the profile
                          section ("peer:fla", "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds
                          each kernel's start and end in one call; GDN_ONCE the once section's
 """
@@ -187,16 +187,18 @@ def timing() -> None:
     """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k),
     and after "/" the host's ms a call (Python and launches, measured while the GPU is busy): when it
     nears the first, the launches, not the kernels, set the pace."""
-    shapes = env_shapes("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
+    spec = os.environ.get("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
+    shapes = parse_shapes(spec.replace(";", ","))
     print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
-    print(f"{'config':<18}" + "".join(f"{f'B{B}xT{T}':>14}" for B, T in shapes))
+    print(f"{'config':<22}" + "".join(f"{label:>15}" for label, *_ in shapes))
     for cname, kw in selected_configs().items():
         cells = []
-        for B, T in shapes:
-            if "P=" in cname and B > 1:
-                cells.append(f"{'-':>14}")
+        for label, B, T, pieces in shapes:
+            if "P=" in cname and (B > 1 or pieces is not None):
+                cells.append(f"{'-':>15}")
                 continue
-            fn = forward_call(bf16_problem(B, T), kw)
+            cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
+            fn = forward_call(bf16_problem(B, T), kw, cu)
             fn()
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             torch.cuda.synchronize()
@@ -205,8 +207,30 @@ def timing() -> None:
                 fn()
             host_ms = (time.perf_counter() - start) * 100
             torch.cuda.synchronize()
-            cells.append(f"{f'{ms:.3f}/{host_ms:.2f}':>14}")
-        print(f"{cname:<18}" + "".join(cells), flush=True)
+            cells.append(f"{f'{ms:.3f}/{host_ms:.2f}':>15}")
+        print(f"{cname:<22}" + "".join(cells), flush=True)
+
+
+def host() -> None:
+    """Where the host's time of a call goes (cProfile over 20 calls of each config in GDN_CONFIGS,
+    default "default", at GDN_HOST_SHAPE, default 1x32768), measured while the GPU is busy."""
+    import cProfile
+    import pstats
+    (B, T), = env_shapes("GDN_HOST_SHAPE", "1x32768")
+    inputs = bf16_problem(B, T)
+    names = os.environ.get("GDN_CONFIGS", "default").split(";")
+    for cname in names:
+        fn = forward_call(inputs, CONFIGS[cname])
+        fn()
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(20):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"\nhost profile, {cname}, B{B}xT{T}: 20 calls (tottime, cumtime in s)")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
 def profile() -> None:
@@ -278,7 +302,7 @@ def once() -> None:
 
 def main() -> int:
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
-    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once)
+    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once, host=host)
     for name in sys.argv[1:] or sections:
         sections[name]()
     print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")

@@ -11,6 +11,9 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   (v - diag(r_k e^G) k S) from the WY pass's T: it then stores 16 KB a chunk-head instead of w and u's
   64 KB), outputs O = (q e^G) S + P U, then S <- e^{G_C} S + (k e^{G_C - G})^T U. Segment p first
   folds the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
+  ``_walk_chunk`` is one chunk of it. Where it takes one program an SM its pace is the latency of
+  its chain of products, so by default (FUSED) each product of bf16 parts is one matrix product
+  (split_dot.dot_cat); and the WY pass may run beside it, the walk waiting for its counts (WAIT).
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
@@ -30,7 +33,7 @@ import triton.language as tl
 from .addressing import row_tile, row_vec, rows_block
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
-from .split_dot import bf16_parts, dot_parts, load_parts, split_dot, store_parts
+from .split_dot import bf16_parts, dot_cat, dot_parts, load_parts, split_dot, store_parts
 from .wy import load_chunk, load_chunk_square
 
 
@@ -120,16 +123,119 @@ def _segment_maps_kernel(
     tl.store(p_B, b_M, mask=m_out & (i_m >= NMK))
 
 
+@triton.jit
+def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
+                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
+                FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr,
+                ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr):
+    """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
+    outputs (or, with OUT_RING, its ring slots), and the state after it, returned. tensors, rings
+    and where: the kernel's pointers and this program's place, as tuples."""
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
+    ring_s, ring_s2, ring_u, ring_u2 = rings
+    tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
+    b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
+        q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not OUT_RING,
+        rq, rk, SPLIT > 0)
+    if T_IN:     # the values in u's place: U is formed from them below
+        b_u = tl.load(rows_block(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
+                      padding_option="zero")
+    else:
+        b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
+        b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
+                      padding_option="zero")
+    if SPLIT > 0:
+        if ATTN_IN:
+            # G as the WY pass stored it (no scan here); rows past the end take G_last (identity rows).
+            b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
+            b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
+        else:
+            b_G_last = tl.sum(b_g, axis=0)
+            b_G = tl.cumsum(b_g, axis=0)
+        # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
+        b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
+        if OUT_RING:           # the chunk's start state, for the outputs beside the walk
+            o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
+            tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
+            tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
+        if FUSED:
+            # T_IN with the outputs here, each product of parts as ONE matrix product (dot_cat: one
+            # wait for the matrix units instead of 2-3; the chain's latency, not its arithmetic,
+            # sets the walk's pace where it takes one program an SM).
+            b_Z = dot_cat(b_k, b_k, 1, b_s1, b_s2) * (b_rk * tl.exp(b_G))[:, None] + b_u.to(tl.float32)
+            b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+            b_z1, b_z2, _ = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
+            b_U = dot_cat(b_T, b_T2, 2, b_z1, b_z2)
+            b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+            b_u1, b_u2, _ = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+            b_o = dot_cat(b_q, b_q, 1, b_s1, b_s2) * (-b_rq * scale * tl.exp(b_G))[:, None]
+            b_o += dot_cat(b_P, b_P2, 2, b_u1, b_u2)
+        else:
+            if T_IN:
+                # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
+                b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
+                b_Z += b_u.to(tl.float32)
+                b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+                b_z1, b_z2, b_z3 = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
+                b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
+            else:
+                b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+            if not OUT_RING:
+                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
+            if OUT_RING:
+                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
+                m_ring = m_t[:, None] & m_v[None, :]
+                tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
+                tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
+            elif ATTN_IN:
+                # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
+                b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+                b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
+            else:
+                b_o = b_qS * (-tl.exp(b_G))[:, None]
+                # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
+                # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
+                o_i = tl.arange(0, BT)
+                b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
+                b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
+                b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
+                b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
+        # k^T (c U), the decay and norm factors c on U's rows: k stays an exact bf16 operand.
+        b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+        if FUSED:
+            b_c1, b_c2, _ = bf16_parts(b_Uc, SPLIT, DOT_DTYPE)
+            b_S = b_S * tl.exp(b_G_last) + dot_cat(tl.trans(b_k), b_k, 1, b_c1, b_c2)
+        else:
+            b_S = split_dot(tl.trans(b_k), b_Uc, b_S * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
+    else:
+        b_G_last = tl.sum(b_g, axis=0)
+        b_G, b_D = chunk_decay(b_g, BT)
+        b_attn = _dot_inputs(b_q, tl.trans(b_k), PRECISION) * (b_rq[:, None] * b_rk[None, :] * b_D)
+        b_U = b_u.to(tl.float32) - _mm(b_w, b_S, FAST_DOTS, PRECISION, DOT_DTYPE)       # the real writes
+        b_o = _mm(b_q, b_S, FAST_DOTS, PRECISION, DOT_DTYPE) * (b_rq * tl.exp(b_G))[:, None]
+        b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
+        b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
+        b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
+    if not OUT_RING:
+        tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
+                 boundary_check=(0, 1))
+    return b_S
+
+
 @triton.jit(do_not_specialize=["C_BEGIN", "C_END", "RING_BASE"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
-    cu_seqlens, seq_order, ring_s, ring_s2, ring_u, ring_u2, scale, T, L, P, C_BEGIN, C_END, RING_BASE, NHV,
+    cu_seqlens, seq_order, ring_s, ring_s2, ring_u, ring_u2, done, scale, T, L, P, C_BEGIN, C_END, RING_BASE, NHV,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
-    LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False,
+    LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
+    WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -143,7 +249,11 @@ def _chunk_fwd_kernel(
     them longest first). OUT_RING (with ATTN_IN, dense, one segment): no outputs here; chunk c's start
     state (the bf16 parts of -S) and writes U (two bf16 parts) go to ring slot RING_BASE + c - C_BEGIN
     of ring_s, ring_s2 [slots, NHV, K, V] and ring_u, ring_u2 [slots, NHV, BT, V] for
-    gdn.ops.triton.chunk_out, which forms the outputs beside the walk."""
+    gdn.ops.triton.chunk_out, which forms the outputs beside the walk. FUSED (T_IN, outputs here, BV <=
+    32): each product of bf16 parts as one matrix product (split_dot.dot_cat). WAIT (one segment, C_BEGIN = 0):
+    the WY pass runs beside the walk over the same chunks and counts the chunks of each group of GROUP
+    it has finished in done [N, groups, HV] (wy_kernel's SIGNAL); the walk waits for a group's count
+    before it loads anything of it."""
     i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
@@ -187,77 +297,28 @@ def _chunk_fwd_kernel(
                 b_A = tl.load(maps_A + o_A, mask=m_k[:, None] & m_k[None, :], other=0.0).to(tl.float32)
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
-    for c in range(c0, c1):
-        b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-            q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not OUT_RING,
-            rq, rk, SPLIT > 0)
-        if T_IN:     # the values in u's place: U is formed from them below
-            b_u = tl.load(rows_block(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
-                          padding_option="zero")
-        else:
-            b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
-            b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
-                          padding_option="zero")
-        if SPLIT > 0:
-            if ATTN_IN:
-                # G as the WY pass stored it (no scan here); rows past the end take G_last (identity rows).
-                b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
-                b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
-            else:
-                b_G_last = tl.sum(b_g, axis=0)
-                b_G = tl.cumsum(b_g, axis=0)
-            # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
-            b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
-            if OUT_RING:           # the chunk's start state, for the outputs beside the walk
-                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
-                tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
-                tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
-            if T_IN:
-                # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
-                b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
-                b_Z += b_u.to(tl.float32)
-                b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
-                b_z1, b_z2, b_z3 = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
-                b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
-            else:
-                b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            if not OUT_RING:
-                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
-            if OUT_RING:
-                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
-                m_ring = m_t[:, None] & m_v[None, :]
-                tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
-                tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
-            elif ATTN_IN:
-                # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-                b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
-                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
-            else:
-                b_o = b_qS * (-tl.exp(b_G))[:, None]
-                # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
-                # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
-                o_i = tl.arange(0, BT)
-                b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
-                b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
-                b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
-                b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
-            # k^T (c U), the decay and norm factors c on U's rows: k stays an exact bf16 operand.
-            b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
-            b_S = split_dot(tl.trans(b_k), b_Uc, b_S * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
-        else:
-            b_G_last = tl.sum(b_g, axis=0)
-            b_G, b_D = chunk_decay(b_g, BT)
-            b_attn = _dot_inputs(b_q, tl.trans(b_k), PRECISION) * (b_rq[:, None] * b_rk[None, :] * b_D)
-            b_U = b_u.to(tl.float32) - _mm(b_w, b_S, FAST_DOTS, PRECISION, DOT_DTYPE)       # the real writes
-            b_o = _mm(b_q, b_S, FAST_DOTS, PRECISION, DOT_DTYPE) * (b_rq * tl.exp(b_G))[:, None]
-            b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
-            b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
-            b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
-        if not OUT_RING:
-            tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
-                     boundary_check=(0, 1))
+    tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
+    rings = (ring_s, ring_s2, ring_u, ring_u2)
+    where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
+    # Two loops, not the grouped one for both: run once, the outer loop still costs the plain walk
+    # ~400 B of spills a thread (compile report, sm_90).
+    if WAIT:
+        # Groups of GROUP chunks, each counted done by the WY pass before any of its loads is issued
+        # (each group's loop is pipelined on its own: its first loads come after the wait).
+        for g0 in range(c0, c1, GROUP):
+            g1 = tl.minimum(g0 + GROUP, c1)
+            p_done = done + (i_n * tl.cdiv(NT, GROUP) + g0 // GROUP) * HV + i_hv
+            n_done = tl.atomic_add(p_done, 0, sem="acquire")
+            while n_done < g1 - g0:
+                n_done = tl.atomic_add(p_done, 0, sem="acquire")
+            for c in range(g0, g1):
+                b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT,
+                                  BK, BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN,
+                                  OUT_RING, FUSED)
+    else:
+        for c in range(c0, c1):
+            b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
+                              BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED)
 
     if STORE_FINAL:
         if i_p == P - 1:

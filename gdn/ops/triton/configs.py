@@ -2,18 +2,19 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v6 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v7 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
-bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk,
-and on a GPU the WY pass of one piece of the sequence run beside the state walk of the previous
-piece, varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
+bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
+(at one program an SM, each product of parts as one matrix product), and on a GPU, where the walk
+leaves room, the WY pass running beside it (one launch each, the walk waiting on the WY pass's
+counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
 (v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take today's launch policy (pieces,
 order). The rest vary one knob of the default.
 """
 import torch
 
 SPLIT = dict(inverse="blocks", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
-V4 = dict(SPLIT, factors="wu")
+V4 = dict(SPLIT, factors="wu")          # no fused walk, no flags (both need T diag(beta)): v4's kernels
 V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
 V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
 OLD = dict(V2, inverse="substitution")
@@ -46,9 +47,13 @@ CONFIGS = {
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
-    "bv16 st1": dict(block_v=16, walk_stages=1),
-    "bv16 st1 pieces 8": dict(block_v=16, walk_stages=1, pieces=8),   # two walk programs an SM, WY beside
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
     "walk 8 warps": dict(walk_warps=8),
+    # the walk's products, and how the WY pass runs beside the walk (v7)
+    "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)
+    "overlap pieces": dict(overlap="pieces"),        # the WY pass in pieces beside the walk, events between (v6)
+    "flags 4": dict(flag_group=4),                    # the walk waits for groups of 4 chunks (default 8)
+    "flags 16": dict(flag_group=16),
+    "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)
 }

@@ -11,9 +11,12 @@ that writes the outputs.
 3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs.
 
 When the walk takes at most one program per SM (one sequence, or a few), it is latency-bound and
-leaves room on every SM: the launcher then cuts the chunks into pieces and runs the WY pass of piece
-i + 1 on the caller's stream beside the walk of piece i on a side stream (``pieces``), the state
-carried between the walk's launches in the final-state buffer. Events order them; nothing spins.
+leaves room on every SM: the launcher then runs the WY pass beside it. By default (``overlap="flags"``)
+the WY pass is one launch over all chunks in order on the caller's stream, counting each group of
+chunks done, and the walk one launch on a side stream that waits for each group's count (two
+launches, whatever the length). Otherwise (``overlap="pieces"``, and under CUDA graph capture) the
+chunks are cut into pieces, the WY pass of piece i + 1 beside the walk of piece i, events between
+them and the state carried between the walk's launches in the final-state buffer.
 How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.schedule.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
+FLAG_GROUP = 8           # overlap="flags": chunks the walk waits for at once
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -42,7 +46,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
-                   longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, out=None):
+                   longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
+                   overlap="flags", flag_group=FLAG_GROUP, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -73,10 +78,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     than asked if need be). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
-    program per SM, its loads prefetched). ``pieces`` (dense batches in one segment; default on a
-    GPU when the walk takes at most one program per SM: see schedule.choose_pieces) runs the WY pass of each
-    piece of chunks beside the walk of the one before. ``inverse`` defaults to "blocks" on the split
-    WY pass, "product" otherwise.
+    program per SM, its loads prefetched). ``fused`` (default on; the walk with factors "t", at most 32
+    columns) runs each product of bf16 parts as one matrix product (gdn.ops.triton.split_dot.dot_cat):
+    5 waits for the matrix units a chunk instead of 12. ``pieces`` (dense batches in one segment; default
+    on a GPU when the walk takes at most one program per SM: see schedule.choose_pieces) runs the WY
+    pass beside the walk. How (``overlap``): "flags" (the default, with factors "t" and fewer walk
+    programs than SMs, unless a CUDA graph is being captured) launches the WY pass once over all
+    chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks to
+    be counted done; "pieces" cuts the chunks into that many pieces, the WY pass of piece i + 1
+    beside the walk of piece i, ordered by events. ``inverse`` defaults to "blocks" on the split WY
+    pass, "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -147,10 +158,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if programs_per_sm is None:
         programs_per_sm = 1 if walk_stages > 1 else 2
     BV = max(16, min(block_v, triton.next_power_of_2(V)))
-    if q.is_cuda and not triton_interpreting() and attn_in and BV == 32 and walk_stages == 1:
+    if q.is_cuda and not triton_interpreting() and attn_in and BV <= 32 and walk_stages == 1:
         # Triton 3.6's sm_90 code for this walk addresses shared memory out of range (compute-sanitizer,
-        # benchmarks/NOTES.md v5): an error here instead of an illegal memory access in the kernel.
-        raise ValueError("block_v=32 with walk_stages=1 on the split walk with stored attention crashes on "
+        # benchmarks/NOTES.md v5; 16 columns and the fused walk too, v7): an error here instead of an
+        # illegal memory access in the kernel.
+        raise ValueError(f"block_v={BV} with walk_stages=1 on the split walk with stored attention crashes on "
                          "sm_90 with Triton 3.6; use walk_stages=2 or block_v=64")
     NV = triton.cdiv(V, BV)
     BLOCK = min(SUBBLOCK, BT)
@@ -222,12 +234,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
         log_n = max(1, N.bit_length())
 
-    def wy_pass(c_first, n_chunks):
-        """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel."""
+    def wy_pass(c_first, n_chunks, done=None):
+        """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
+        done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots, HV)](
+        wy_kernel[(slots, HV) if done is None else (HV, slots)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets,
-            dummy if cu_seqlens is None else cu_seqlens, T, n_chunks, N, slots, c_first,
+            dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, N, slots,
+            c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
@@ -245,7 +259,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         ring_writes = torch.empty(2, slots, N * HV, BT, V, dtype=torch.bfloat16, device=q.device)
         rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
 
-    def state_walk(c_first, c_end, h_in, h_out, ring_base=0):
+    def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None):
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
@@ -253,16 +267,37 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
-            scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV, IS_VARLEN=cu_seqlens is not None,
+            dummy if done is None else done, scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV,
+            IS_VARLEN=cu_seqlens is not None, WAIT=done is not None, GROUP=flag_group if done is not None else 1,
             HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split,
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
-            LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring, **walk_launch)
+            LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
+            FUSED=fused and t_in and not ring and BV <= 32,
+            **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):
         """The outputs of chunks c_first .. c_end - 1 from the ring (slots ring_base on), in parallel."""
         _chunk_out_kernel[(NV, c_end - c_first, N * HV)](
             q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
             BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=dot_dtype, num_warps=num_warps)
+
+    if overlap not in ("pieces", "flags"):
+        raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
+    if (overlap == "flags" and pieces > 1 and t_in and not ring and N * HV * NV < num_sms(q.device)
+            and not (q.is_cuda and torch.cuda.is_current_stream_capturing())):
+        # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting
+        # for each group of chunks to be counted done. It cannot deadlock: the WY pass waits for
+        # nothing, it is launched first (so a GPU, tool or CUDA_LAUNCH_BLOCKING that runs kernels one
+        # at a time finishes it before the walk starts), and the walk leaves at least one SM free
+        # for it (and beside each walk program room for a WY program: 135 + 33 KB of shared memory,
+        # 2 x 32 K registers). A graph being captured takes the pieces below: a graph may run two
+        # kernels of different streams in either order.
+        done = torch.zeros(N, triton.cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
+        with side_streams(q.device, 1) as (main, side):
+            wy_pass(0, NT, done)
+            with on_stream(side):
+                state_walk(0, 1 << 30, h0, ht, done=done)
+        return o, ht
 
     if pieces > 1:
         # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one

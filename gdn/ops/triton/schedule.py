@@ -35,7 +35,9 @@ def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int)
     an event (0.07-0.3 ms of host time a piece on the H200 machine, which a short piece's GPU work
     does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
     8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
-    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks)."""
+    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks). More than one piece is also what
+    turns on the default overlap="flags" (two launches, whatever the length), which has so far been
+    measured only where this rule gives pieces: from 8192 tokens on."""
     if programs > num_sms:
         return 1
     tokens = num_chunks * chunk_size

@@ -104,3 +104,43 @@ def load_parts(p_1, p_2, p_3, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
     else:
         b_2, b_3 = b_1, b_1
     return b_1, b_2, b_3
+
+
+@triton.jit
+def cat_cols(a, b):
+    """[M, N] tiles side by side: [a | b], [M, 2N]."""
+    M: tl.constexpr = a.shape[0]
+    N: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (M, 2 * N))
+
+
+@triton.jit
+def cat_rows(a, b):
+    """[M, N] tiles stacked: [a; b], [2M, N]."""
+    M: tl.constexpr = a.shape[0]
+    N: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (2, 0, 1)), (2 * M, N))
+
+
+@triton.jit
+def sum_halves(r):
+    """r[:, :N] + r[:, N:] of an [M, 2N] tile."""
+    M: tl.constexpr = r.shape[0]
+    N: tl.constexpr = r.shape[1] // 2
+    x, y = tl.split(tl.permute(tl.reshape(r, (M, 2, N)), (0, 2, 1)))
+    return x + y
+
+
+@triton.jit
+def dot_cat(a_1, a_2, NA: tl.constexpr, b_1, b_2):
+    """(a_1 (+ a_2)) @ (b_1 + b_2) from bf16 parts as ONE matrix product, where dot_parts issues 2
+    or 3 that each wait for the matrix units: the parts of b side by side, a @ [b_1 | b_2], its two
+    halves summed after; with a in two parts (NA = 2), [a_1 | a_2] @ [[b_1 | b_2]; [b_1 | b_2]], all
+    four products of parts (a_2 b_2 too: a little more exact than dot_parts, 4/3 of its work).
+    The accumulator is twice as wide, so it pays for narrow b (the state walk at 32 columns: 12 waits
+    a chunk became 5, 8% off the walk on an H200, benchmarks/NOTES.md v7); at 64 columns it spills."""
+    b_c = cat_cols(b_1, b_2)
+    if NA == 1:
+        return sum_halves(tl.dot(a_1, b_c))
+    else:
+        return sum_halves(tl.dot(cat_cols(a_1, a_2), cat_rows(b_c, b_c)))

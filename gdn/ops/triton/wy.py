@@ -300,13 +300,14 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.
 @triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    scale, chunk_offsets, cu_seqlens, T, NT, N, NUM_SLOTS, C0,
+    scale, chunk_offsets, cu_seqlens, done, T, NT, N, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
-    STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False,
+    STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
+    GROUP: tl.constexpr = 1,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of one value head.
@@ -319,8 +320,14 @@ def wy_kernel(
     STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
     [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
     log-decays G at G_out [tokens, HV], so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
-    at t_out, t2_out instead of w and u (wy_split_factors)."""
-    i_slot, i_hv = tl.program_id(0), tl.program_id(1)
+    at t_out, t2_out instead of w and u (wy_split_factors).
+    SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
+    chunk_fwd's WAIT): the grid is (HV, chunk slots), so that the chunks are taken in order, and each
+    program adds 1 to done[sequence, chunk // GROUP, head] once its stores are visible."""
+    if SIGNAL:
+        i_hv, i_slot = tl.program_id(0), tl.program_id(1)
+    else:
+        i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN, LOG_N)
@@ -329,6 +336,10 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T)
+        if SIGNAL:
+            # Every thread's stores before the count (bar.sync, then a release at GPU scope).
+            tl.debug_barrier()
+            tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_hv, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

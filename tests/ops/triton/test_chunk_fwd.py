@@ -94,6 +94,7 @@ BF16_VARIANTS = [
     dict(attention="walk", block_v=64, walk_stages=1),
     dict(fast_dots=True),
     dict(state_split=0),                              # an fp32 walk: w and u then default to fp32-exact
+    dict(fused=False),                                # each product of parts on its own (v6's walk)
 ]
 
 
@@ -151,25 +152,54 @@ def test_triton_bf16_pieces(attention, factors):
         triton_forward(q, k, v, g, beta, scale=0.25, pieces=2, num_segments=2)
 
 
+def _assert_same_and_close(got, same_as, inputs, h0, l2norm):
+    """o and S bit for bit as another launch of the same products, and within the bf16 tolerances of
+    the float64 reference."""
+    (o, S), (o_same, S_same) = got, same_as
+    assert torch.equal(o, o_same) and torch.equal(S, S_same)
+    o_ref, S_ref = reference_gdn(*inputs, initial_state=h0, use_qk_l2norm=l2norm)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
+
+
+@pytest.mark.parametrize("group", [1, 4, 16])
+def test_triton_bf16_overlap_flags(group):
+    """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
+    order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
+    group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
+    and group bounds are what is checked (9 chunks: groups of 1, of 4, 4 and 1, or one of 9); the
+    values equal those of the pieces, bit for bit, from an initial state and without one."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         seed=51 + group, device=DEVICE)
+    for h0 in (S0, None):
+        kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
+                  chunk_size=32, pieces=3)
+        o_pieces, S_pieces = triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
+        o = torch.full_like(v, float("nan"))
+        o, S = triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
+        _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True)
+    with pytest.raises(ValueError, match="overlap must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
+
+
 @pytest.mark.parametrize("factors, l2norm", [("t", True), ("wu", False)])
 def test_triton_bf16_outputs_beside_the_walk(factors, l2norm):
     """outputs="beside": the walk of each piece leaves its chunks' states and writes in a ring of two
     pieces and a parallel kernel forms the outputs (on a GPU beside the next piece's walk). The same
-    products on the same parts: the outputs equal the walk's own, bit for bit. 9 chunks in 4 pieces
-    (ring slots reused), a partial last chunk, grouped heads, with and without an initial state."""
+    products on the same parts: the outputs equal those of the unfused walk (fused=False), bit for
+    bit. 9 chunks in 4 pieces (ring slots reused), a partial last chunk, grouped heads, with and
+    without an initial state."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(2, 280, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
                                          seed=31 + l2norm, device=DEVICE)
     for h0 in (S0, None):
         kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=l2norm,
                   chunk_size=32, pieces=4, **dict(SPLIT, factors=factors))
-        o_walk, S_walk = triton_forward(q, k, v, g, beta, **kw)
+        o_walk, S_walk = triton_forward(q, k, v, g, beta, fused=False, **kw)
         o = torch.full_like(v, float("nan"))
         o, S = triton_forward(q, k, v, g, beta, outputs="beside", out=o, **kw)
-        assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
-        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=l2norm)
-        assert_close(o, o_ref, rtol=1e-2, name="o")
-        assert_close(S, S_ref, rtol=1e-4, name="S")
+        _assert_same_and_close((o, S), (o_walk, S_walk), (q, k, v, g, beta), h0, l2norm)
     with pytest.raises(ValueError, match="outputs must be"):
         triton_forward(q, k, v, g, beta, scale=0.25, outputs="ring")
 
@@ -181,7 +211,7 @@ def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=41, device=DEVICE)
     kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32)
-    o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, **kw)
+    o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, fused=False, **kw)
     launches = []
     real = forward._chunk_out_kernel
     monkeypatch.setattr(forward, "_chunk_out_kernel", type("Spy", (), {
