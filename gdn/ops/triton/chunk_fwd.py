@@ -5,7 +5,7 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   segments and every segment but the last is summarised as its affine map S -> A S + B (seed 000):
   the same recurrence as the state walk, [A | B] starting at [I | 0], the A columns driven by zero
   values. No truncation, whatever the gates.
-* ``_chunk_fwd_kernel``: grid (V blocks, sequences x value heads, segments). One program walks the
+* ``_chunk_fwd_kernel``: grid (V blocks x sequences x value heads, segments). One program walks the
   chunks of one segment (or of one piece: chunks C_BEGIN .. C_END - 1) with a K x BV block of the
   state in registers: the writes U = u - w S (or, by default on the bf16 path, U = T diag(beta)
   (v - diag(r_k e^G) k S) from the WY pass's T: it then stores 16 KB a chunk-head instead of w and u's
@@ -254,7 +254,10 @@ def _chunk_fwd_kernel(
     the WY pass runs beside the walk over the same chunks and counts the chunks of each group of GROUP
     it has finished in done [N, groups, HV] (wy_kernel's SIGNAL); the walk waits for a group's count
     before it loads anything of it."""
-    i_v, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
+    # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_v, i_nh, i_p = tl.program_id(0) % NV, tl.program_id(0) // NV, tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
     i_h = i_hv // (HV // H)
     if IS_VARLEN:
@@ -297,6 +300,7 @@ def _chunk_fwd_kernel(
                 b_A = tl.load(maps_A + o_A, mask=m_k[:, None] & m_k[None, :], other=0.0).to(tl.float32)
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
+    tl.static_assert(not FUSED or (T_IN and not OUT_RING), "FUSED: the writes from T, the outputs here")
     tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
     rings = (ring_s, ring_s2, ring_u, ring_u2)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)

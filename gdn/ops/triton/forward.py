@@ -145,6 +145,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         inverse = "blocks" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
         wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
+    stages_given = walk_stages is not None
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
         # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
@@ -155,15 +156,17 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk_stages is None:
         # Two stages double the q, k and w-part buffers (BT x BK bf16 each): keep them to 128 KiB.
         walk_stages = 2 if state_split > 0 and 2 * BT * BK * 2 * (2 + state_split) <= 128 * 1024 else 1
-    if programs_per_sm is None:
-        programs_per_sm = 1 if walk_stages > 1 else 2
     BV = max(16, min(block_v, triton.next_power_of_2(V)))
     if q.is_cuda and not triton_interpreting() and attn_in and BV <= 32 and walk_stages == 1:
         # Triton 3.6's sm_90 code for this walk addresses shared memory out of range (compute-sanitizer,
         # benchmarks/NOTES.md v5; 16 columns and the fused walk too, v7): an error here instead of an
-        # illegal memory access in the kernel.
-        raise ValueError(f"block_v={BV} with walk_stages=1 on the split walk with stored attention crashes on "
-                         "sm_90 with Triton 3.6; use walk_stages=2 or block_v=64")
+        # illegal memory access in the kernel, and two stages where the defaults chose one (V <= 32).
+        if stages_given:
+            raise ValueError(f"block_v={BV} with walk_stages=1 on the split walk with stored attention crashes "
+                             "on sm_90 with Triton 3.6; use walk_stages=2 or block_v=64")
+        walk_stages = 2
+    if programs_per_sm is None:
+        programs_per_sm = 1 if walk_stages > 1 else 2
     NV = triton.cdiv(V, BV)
     BLOCK = min(SUBBLOCK, BT)
     NT = triton.cdiv(T, BT)
@@ -185,8 +188,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = triton.cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
-    if isinstance(ring_chunks, bool) or not isinstance(ring_chunks, numbers.Integral) or ring_chunks < 1:
-        raise ValueError(f"ring_chunks must be a positive int, got {ring_chunks!r}")
+    for name, value in (("ring_chunks", ring_chunks), ("flag_group", flag_group)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     if outputs not in ("walk", "beside"):
         raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
     if factors not in (None, "wu", "t"):
@@ -238,7 +242,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots, HV) if done is None else (HV, slots)](
+        wy_kernel[(slots, HV) if done is None else (slots * HV,)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets,
             dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, N, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
@@ -263,7 +267,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
-        _chunk_fwd_kernel[(NV, N * HV, P)](
+        _chunk_fwd_kernel[(NV * N * HV, P)](
             q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
@@ -283,15 +287,20 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     if overlap not in ("pieces", "flags"):
         raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
-    if (overlap == "flags" and pieces > 1 and t_in and not ring and N * HV * NV < num_sms(q.device)
+    # The flags need a WY program to fit beside every walk program (the configuration measured: 4 warps
+    # each, a walk of <= 32 columns in <= 2 stages): otherwise walks of concurrent calls could fill
+    # every SM and leave no room for the WY passes they wait for.
+    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 2
+    if (overlap == "flags" and pieces > 1 and t_in and not ring and beside and N * HV * NV < num_sms(q.device)
             and not (q.is_cuda and torch.cuda.is_current_stream_capturing())):
         # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting
         # for each group of chunks to be counted done. It cannot deadlock: the WY pass waits for
         # nothing, it is launched first (so a GPU, tool or CUDA_LAUNCH_BLOCKING that runs kernels one
         # at a time finishes it before the walk starts), and the walk leaves at least one SM free
-        # for it (and beside each walk program room for a WY program: 135 + 33 KB of shared memory,
-        # 2 x 32 K registers). A graph being captured takes the pieces below: a graph may run two
-        # kernels of different streams in either order.
+        # for it, and beside each walk program room for a WY program (135 + 33 KB of shared memory,
+        # 2 x 32 K registers: ``beside``), so walks of other calls cannot crowd it out either. A graph
+        # being captured takes the pieces below: a graph may run two kernels of different streams in
+        # either order.
         done = torch.zeros(N, triton.cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
         with side_streams(q.device, 1) as (main, side):
             wy_pass(0, NT, done)

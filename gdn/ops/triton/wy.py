@@ -322,10 +322,11 @@ def wy_kernel(
     log-decays G at G_out [tokens, HV], so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors).
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
-    chunk_fwd's WAIT): the grid is (HV, chunk slots), so that the chunks are taken in order, and each
-    program adds 1 to done[sequence, chunk // GROUP, head] once its stores are visible."""
+    chunk_fwd's WAIT): the grid is (chunk slots x HV,), chunk-major, so that the chunks are taken in
+    order, and each program adds 1 to done[sequence, chunk // GROUP, head] once its stores are visible."""
+    tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     if SIGNAL:
-        i_hv, i_slot = tl.program_id(0), tl.program_id(1)
+        i_slot, i_hv = tl.program_id(0) // HV, tl.program_id(0) % HV
     else:
         i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:

@@ -169,18 +169,65 @@ def test_triton_bf16_overlap_flags(group):
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
     and group bounds are what is checked (9 chunks: groups of 1, of 4, 4 and 1, or one of 9); the
     values equal those of the pieces, bit for bit, from an initial state and without one."""
-    from gdn.ops.triton import triton_forward
+    import faulthandler
+    import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51 + group, device=DEVICE)
-    for h0 in (S0, None):
-        kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
-                  chunk_size=32, pieces=3)
-        o_pieces, S_pieces = triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
-        o = torch.full_like(v, float("nan"))
-        o, S = triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
-        _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True)
+    counts = []                     # the done counts each flags call leaves: every chunk counted once
+    real = forward.wy_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                real[grid](*args, **kw)
+                if kw.get("SIGNAL"):
+                    counts.append(args[19].flatten().tolist())     # done, after the WY pass ran
+            return launch
+    faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
+    try:
+        forward.wy_kernel = Spy()
+        for h0 in (S0, None):
+            kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
+                      chunk_size=32, pieces=3)
+            o_pieces, S_pieces = forward.triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
+            o = torch.full_like(v, float("nan"))
+            o, S = forward.triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
+            _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True)
+    finally:
+        forward.wy_kernel = real
+        faulthandler.cancel_dump_traceback_later()
+    per_group = [min(group, 9 - c) for c in range(0, 9, group)]          # 9 chunks in groups
+    assert counts == [[n for n in per_group for _ in range(2)]] * 2     # [group, head], 2 heads
     with pytest.raises(ValueError, match="overlap must be"):
-        triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
+        forward.triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
+    with pytest.raises(ValueError, match="flag_group must be"):
+        forward.triton_forward(q, k, v, g, beta, scale=0.25, flag_group=0)
+
+
+def test_triton_grids_stay_within_cuda_limits():
+    """CUDA caps a launch's second and third grid axes at 65535: 70000 packed sequences, and a
+    sequence of 65537 chunks whose WY pass runs beside the walk (flags), stay on the first axis.
+    The kernels are recorded, not run (meta tensors, no memory)."""
+    import gdn.ops.triton.forward as forward
+    grids = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: grids.append(grid)
+
+    def record(N, T, **kw):
+        q = torch.empty(1, T, 1, 16, dtype=torch.bfloat16, device="meta")
+        g = torch.empty(1, T, 1, device="meta")
+        forward.triton_forward(q, q, q, g, g, scale=0.25, chunk_size=16, **kw)
+    saved = forward.wy_kernel, forward._chunk_fwd_kernel
+    try:
+        forward.wy_kernel = forward._chunk_fwd_kernel = Recorder()
+        record(70000, 70000, cu_seqlens=torch.arange(70001, dtype=torch.int32, device="meta"))
+        record(1, 16 * 65537, pieces=16)
+    finally:
+        forward.wy_kernel, forward._chunk_fwd_kernel = saved
+    assert (70000, 1) in grids and (65537,) in grids          # the walk's and the flags WY's
+    assert all(d <= 65535 for grid in grids for d in grid[1:])
 
 
 @pytest.mark.parametrize("factors, l2norm", [("t", True), ("wu", False)])
