@@ -11,9 +11,10 @@ Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains this text
-    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section; GDN_HOST_SHAPE "BxT" of the host section; GDN_PROFILE_SHAPES / _CONFIGS of the profile
-                         section ("peer:fla", "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds
-                         each kernel's start and end in one call; GDN_ONCE the once section's
+    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section; GDN_HOST_SHAPE "BxT" of the host
+                         section; GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
+                         "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
+                         and end in one call; GDN_ONCE the once section's shape
 """
 from __future__ import annotations
 

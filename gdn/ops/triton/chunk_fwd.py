@@ -33,7 +33,7 @@ import triton.language as tl
 from .addressing import row_tile, row_vec, rows_block
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
-from .split_dot import bf16_parts, dot_cat, dot_parts, load_parts, split_dot, store_parts
+from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts
 from .wy import load_chunk, load_chunk_square
 
 
@@ -159,57 +159,45 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
             o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
             tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
             tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
-        if FUSED:
-            # T_IN with the outputs here, each product of parts as ONE matrix product (dot_cat: one
-            # wait for the matrix units instead of 2-3; the chain's latency, not its arithmetic,
-            # sets the walk's pace where it takes one program an SM).
-            b_Z = dot_cat(b_k, b_k, 1, b_s1, b_s2) * (b_rk * tl.exp(b_G))[:, None] + b_u.to(tl.float32)
+        # FUSED (T_IN, outputs here): each product of parts as ONE matrix product (split_dot.dot_split:
+        # one wait for the matrix units instead of 2-3; the chain's latency, not its arithmetic, sets
+        # the walk's pace where it takes one program an SM).
+        if T_IN:
+            # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
+            b_Z = dot_split(b_k, b_k, 1, b_s1, b_s2, None, FUSED) * (b_rk * tl.exp(b_G))[:, None]
+            b_Z += b_u.to(tl.float32)
             b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
             b_z1, b_z2, _ = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
-            b_U = dot_cat(b_T, b_T2, 2, b_z1, b_z2)
-            b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
-            b_u1, b_u2, _ = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-            b_o = dot_cat(b_q, b_q, 1, b_s1, b_s2) * (-b_rq * scale * tl.exp(b_G))[:, None]
-            b_o += dot_cat(b_P, b_P2, 2, b_u1, b_u2)
+            b_U = dot_split(b_T, b_T2, 2, b_z1, b_z2, None, FUSED)                                   # the real writes
         else:
-            if T_IN:
-                # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
-                b_Z = dot_parts(b_k, b_k, b_k, 1, b_s1, b_s2, b_s3, SPLIT, None) * (b_rk * tl.exp(b_G))[:, None]
-                b_Z += b_u.to(tl.float32)
-                b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
-                b_z1, b_z2, b_z3 = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
-                b_U = dot_parts(b_T, b_T2, b_T2, SPLIT, b_z1, b_z2, b_z3, SPLIT, None)                # the real writes
-            else:
-                b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-            if not OUT_RING:
-                b_qS = dot_parts(b_q, b_q, b_q, 1, b_s1, b_s2, b_s3, SPLIT, None)                # -(q S)
-            if OUT_RING:
-                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
-                m_ring = m_t[:, None] & m_v[None, :]
-                tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
-                tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
-            elif ATTN_IN:
-                # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-                b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
-                b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-                b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2)
-            else:
-                b_o = b_qS * (-tl.exp(b_G))[:, None]
-                # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
-                # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
-                o_i = tl.arange(0, BT)
-                b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
-                b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
-                b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
-                b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
+            b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
+        if not OUT_RING:
+            b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
+        if OUT_RING:
+            b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+            o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
+            m_ring = m_t[:, None] & m_v[None, :]
+            tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
+            tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
+        elif ATTN_IN:
+            # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
+            b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+            b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
+            b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2, FUSED)
+        else:
+            b_o = b_qS * (-tl.exp(b_G))[:, None]
+            # (q k^T . D) with the keys' norm factors inside the exponent, e^(G_i - G_j + log r_j): one
+            # [BT] vector along columns instead of two (16 registers each); r_q scales o's rows at the end.
+            o_i = tl.arange(0, BT)
+            b_lrk = tl.log(tl.maximum(b_rk, 1e-30))          # rows past the end: r = 0, their k rows are 0
+            b_e = tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - (b_G - b_lrk)[None, :], float("-inf"))
+            b_attn = tl.dot(b_q, tl.trans(b_k)) * tl.exp(b_e)
+            b_o = split_dot(b_attn, b_U, b_o, SPLIT, True, True, DOT_DTYPE) * (b_rq * scale)[:, None]
         # k^T (c U), the decay and norm factors c on U's rows: k stays an exact bf16 operand.
         b_Uc = b_U * (b_rk * tl.exp(b_G_last - b_G))[:, None]
-        if FUSED:
-            b_c1, b_c2, _ = bf16_parts(b_Uc, SPLIT, DOT_DTYPE)
-            b_S = b_S * tl.exp(b_G_last) + dot_cat(tl.trans(b_k), b_k, 1, b_c1, b_c2)
-        else:
-            b_S = split_dot(tl.trans(b_k), b_Uc, b_S * tl.exp(b_G_last), SPLIT, False, True, DOT_DTYPE)
+        b_c1, b_c2, _ = bf16_parts(b_Uc, SPLIT, DOT_DTYPE)
+        b_kT = tl.trans(b_k)
+        b_S = dot_split(b_kT, b_kT, 1, b_c1, b_c2, b_S * tl.exp(b_G_last), FUSED)
     else:
         b_G_last = tl.sum(b_g, axis=0)
         b_G, b_D = chunk_decay(b_g, BT)

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .addressing import row_vec, rows_block
-from .split_dot import dot_parts
+from .split_dot import dot_parts, dot_split
 from .wy import load_chunk_square
 
 
@@ -29,13 +29,13 @@ def ring_offsets(i_slot, i_nh, NHV, ROWS: tl.constexpr, V: tl.constexpr, o_r, o_
 
 
 @triton.jit
-def stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2):
+def stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2, FUSED: tl.constexpr = False):
     """One chunk's outputs o = (q S) scale r_q e^G + P U [BT, BV] (fp32) from -(q S) (b_nqS), the
     output attention P that the WY pass stored (its two bf16 parts; wy.store_attention) and the two
-    bf16 parts of U. The walk (chunk_fwd) and the outputs beside it (_chunk_out_kernel) both form
-    them here."""
+    bf16 parts of U (P U as one product with FUSED: split_dot.dot_split). The walk (chunk_fwd) and
+    the outputs beside it (_chunk_out_kernel) both form them here."""
     b_o = b_nqS * (-b_rq * scale * tl.exp(b_G))[:, None]
-    return dot_parts(b_P, b_P2, b_P2, 2, b_u1, b_u2, b_u2, 2, b_o)
+    return dot_split(b_P, b_P2, 2, b_u1, b_u2, b_o, FUSED)
 
 
 @triton.jit(do_not_specialize=["C_BEGIN", "RING_BASE"])

@@ -193,6 +193,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if outputs not in ("walk", "beside"):
         raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
+    if overlap not in ("pieces", "flags"):
+        raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
@@ -285,8 +287,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
             BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=dot_dtype, num_warps=num_warps)
 
-    if overlap not in ("pieces", "flags"):
-        raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
     # The flags need a WY program to fit beside every walk program (the configuration measured: 4 warps
     # each, a walk of <= 32 columns in <= 2 stages): otherwise walks of concurrent calls could fill
     # every SM and leave no room for the WY passes they wait for.

@@ -144,3 +144,16 @@ def dot_cat(a_1, a_2, NA: tl.constexpr, b_1, b_2):
         return sum_halves(tl.dot(a_1, b_c))
     else:
         return sum_halves(tl.dot(cat_cols(a_1, a_2), cat_rows(b_c, b_c)))
+
+
+@triton.jit
+def dot_split(a_1, a_2, NA: tl.constexpr, b_1, b_2, acc, FUSED: tl.constexpr):
+    """acc (None: 0) + (a_1 (+ a_2)) @ (b_1 + b_2) from 2-part operands (NA parts of a): one matrix
+    product (dot_cat) with FUSED, else dot_parts' 2 or 3 accumulated into acc."""
+    if FUSED:
+        r = dot_cat(a_1, a_2, NA, b_1, b_2)
+        if acc is not None:
+            r = acc + r
+        return r
+    else:
+        return dot_parts(a_1, a_2, a_2, NA, b_1, b_2, b_2, 2, acc)
