@@ -30,6 +30,7 @@ CONFIGS = {
     "wy3": dict(wy_split=3),                          # w and u exact as fp32 (24 bits) instead of 16
     "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
+    "wy maxnreg 128": dict(wy_maxnreg=128),           # four (two beside a walk program): slower (v8)
     "wy product": dict(inverse="product"),
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "outputs beside": dict(outputs="beside"),         # outputs in a kernel beside the walk, 32-chunk pieces
@@ -53,7 +54,8 @@ CONFIGS = {
     # the walk's products, and how the WY pass runs beside the walk (v7)
     "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)
     "overlap pieces": dict(overlap="pieces"),        # the WY pass in pieces beside the walk, events between (v6)
-    "flags 4": dict(flag_group=4),                    # the walk waits for groups of 4 chunks (default 8)
+    "flags 4": dict(flag_group=4),                    # the walk waits for groups of 4 chunks (default 8, 16 from 1024 chunks)
+    "flags 8": dict(flag_group=8),                    # groups of 8 at any length (v7, the v8 bench)
     "flags 16": dict(flag_group=16),
     "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)
 }

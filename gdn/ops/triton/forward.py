@@ -30,12 +30,12 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .chunk_out import _chunk_out_kernel
-from .schedule import choose_pieces, choose_segments, num_sms, on_stream, on_tensor_device, side_streams
+from .schedule import (choose_flag_group, choose_pieces, choose_segments, num_sms, on_stream, on_tensor_device,
+                       side_streams)
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
-FLAG_GROUP = 8           # overlap="flags": chunks the walk waits for at once
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -47,7 +47,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
-                   overlap="flags", flag_group=FLAG_GROUP, out=None):
+                   overlap="flags", flag_group=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -85,7 +85,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     pass beside the walk. How (``overlap``): "flags" (the default, with factors "t" and fewer walk
     programs than SMs, unless a CUDA graph is being captured) launches the WY pass once over all
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks to
-    be counted done; "pieces" cuts the chunks into that many pieces, the WY pass of piece i + 1
+    be counted done (default: schedule.choose_flag_group, 8 or 16); "pieces" cuts the chunks into that many pieces, the WY pass of piece i + 1
     beside the walk of piece i, ordered by events. ``inverse`` defaults to "blocks" on the split WY
     pass, "product" otherwise.
 
@@ -188,6 +188,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = triton.cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
+    if flag_group is None:
+        flag_group = choose_flag_group(NT)
     for name, value in (("ring_chunks", ring_chunks), ("flag_group", flag_group)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -230,7 +232,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = min(NT, max(pieces, triton.cdiv(NT, ring_chunks)))
 
     if cu_seqlens is None:
-        chunk_offsets, log_n, seq_order = dummy, 0, dummy
+        chunk_offsets, slot_seqs, seq_order = dummy, dummy, dummy
     else:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int32)
         seq_order = dummy
@@ -238,18 +240,20 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             seq_order = torch.argsort(lengths, descending=True, stable=True).to(torch.int32)
         chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
-        log_n = max(1, N.bit_length())
+        # Each WY slot's sequence: the last one starting at or before it (empty sequences own no slot).
+        slot_ids = torch.arange(NT + N, dtype=torch.int32, device=q.device)
+        slot_seqs = (torch.searchsorted(chunk_offsets, slot_ids, right=True, out_int32=True) - 1).clamp_(max=N - 1)
 
     def wy_pass(c_first, n_chunks, done=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         wy_kernel[(slots, HV) if done is None else (slots * HV,)](
-            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets,
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets, slot_seqs,
             dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, N, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
-            LOG_N=log_n, IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
+            IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
             STORE_ATTN=attn_in, STORE_T=t_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 

@@ -31,17 +31,27 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
 def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int) -> int:
     """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
     walk of the previous one: only when the walk takes at most one program per SM (it is then
-    latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
-    an event (0.07-0.3 ms of host time a piece on the H200 machine, which a short piece's GPU work
-    does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
-    8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
-    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks). More than one piece is also what
-    turns on the default overlap="flags" (two launches, whatever the length), which has so far been
-    measured only where this rule gives pieces: from 8192 tokens on."""
-    if programs > num_sms:
-        return 1
+    latency-bound and leaves room on every SM), and from 4096 tokens on. Each piece costs the host
+    two kernel launches and an event (0.07-0.3 ms of host time a piece on the H200 machine, which a
+    short piece's GPU work does not hide), and the WY pass of the first piece runs alone: so 2
+    pieces up to 8k tokens, then pieces of at least 4096 tokens, 8 up to 64k tokens, then pieces of
+    ~8k tokens, at most 16 (the H200 sweeps of benchmarks/NOTES.md v6, at chunk size 64: 64 and 128
+    chunks). More than one piece is also what turns on the default overlap="flags" (two launches,
+    whatever the length): at B1 x T4k it took 0.282 ms against 0.345 for the WY pass and then the
+    walk (NOTES.md v8); below 4096 tokens the host's launches set the pace."""
     tokens = num_chunks * chunk_size
-    return max(1, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
+    if programs > num_sms or tokens < 4096 or num_chunks < 2:
+        return 1
+    return max(2, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
+
+
+def choose_flag_group(num_chunks: int) -> int:
+    """How many chunks the walk of overlap="flags" waits for at once: 8, or 16 from 1024 chunks on.
+    Each wait costs the walk a spin on the count and a restart of its pipelined loads; larger groups
+    wait less often but make the walk's start wait for more of the WY pass. On the H200 (benchmarks/
+    NOTES.md v8, same calls, B = 1 at chunk size 64) groups of 16 were 2.2-3.3% faster than 8 at
+    T = 128k, the same at 32k, and 1-3% slower at 8k and 16k."""
+    return 16 if num_chunks >= 1024 else 8
 
 
 _SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}

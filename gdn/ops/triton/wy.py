@@ -169,18 +169,14 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
 
 
 @triton.jit
-def store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
-                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                    DOT_DTYPE: tl.constexpr):
+def store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hv, o_t, m_t,
+                    HV: tl.constexpr, BT: tl.constexpr):
     """The chunk's output attention P = diag(scale r_q) (q k^T . D) diag(r_k) [BT, BT] (causal, diagonal
     included) as two bf16 parts at attn_out, attn2_out [tokens, HV, BT]: row i of the chunk at token
     row0 + i. The state walk's outputs are (q S) e^G (scaled) + P U; with P stored, the walk forms no
-    q k^T and no decay tile. b_k [BT, BK] the keys as stored, b_D the decay matrix, b_rq, b_rk the
-    norm factors. Two parts: 16 bits, where the output keeps 8."""
-    o_k = tl.arange(0, BK)
-    b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
-                  other=0.0).to(DOT_DTYPE)
-    b_P = tl.dot(b_q, tl.trans(b_k)) * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
+    q k^T and no decay tile. b_qk [BT, BT] the product of the queries and keys as stored, b_D the
+    decay matrix, b_rq, b_rk the norm factors. Two parts: 16 bits, where the output keeps 8."""
+    b_P = b_qk * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
     o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
     store_parts(attn_out + o_w, attn2_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], 2)
 
@@ -222,27 +218,30 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     o_i = o_t
     o_k = tl.arange(0, BK)
     m_qk = m_t[:, None] & (o_k < K)[None, :]
-    b_rq = tl.full([BT], 1.0, dtype=tl.float32)
-    if USE_L2NORM and STORE_NORMS:
-        # The queries' norm factors for the state walk, stored at once (nothing of q stays live).
-        b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(tl.float32)
-        b_rq = l2norm_factors(tl.sum(b_q * b_q, axis=1))
-        tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
+    # Every load before the first store: a store may alias a later load as far as the compiler
+    # knows, so a load after a store waits for it, and each such round trip leaves the program idle.
+    NEED_Q: tl.constexpr = STORE_ATTN or (USE_L2NORM and STORE_NORMS)
+    if NEED_Q:
+        b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
+    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
     b_kk = tl.dot(b_k, tl.trans(b_k))
+    b_rq = tl.full([BT], 1.0, dtype=tl.float32)
+    b_rk = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM:
         b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
         if STORE_NORMS:
+            # The queries' norm factors for the state walk (the walk reads no fp32 tiles).
+            b_qf = b_q.to(tl.float32)
+            b_rq = l2norm_factors(tl.sum(b_qf * b_qf, axis=1))
+            tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
             tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
-    else:
-        b_rk = tl.full([BT], 1.0, dtype=tl.float32)
-    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
-    b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
     b_G, b_D = chunk_decay(b_g, BT)
     if STORE_ATTN:
         tl.store(row_vec(G_out, row0, i_hv, HV, o_t), b_G, mask=m_t)
-        store_attention(q, attn_out, attn2_out, b_k, b_D, b_rq, b_rk, scale, row0, i_h, i_hv, o_t, m_t,
-                        H, HV, K, BT, BK, DOT_DTYPE)
+        store_attention(attn_out, attn2_out, tl.dot(b_q, tl.trans(b_k)), b_D, b_rq, b_rk, scale, row0, i_hv,
+                        o_t, m_t, HV, BT)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
     b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
     if STORE_T:
@@ -270,22 +269,17 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
 
 
 @triton.jit
-def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.constexpr, LOG_N: tl.constexpr):
+def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN: tl.constexpr):
     """Map a flat chunk slot to (sequence, chunk within it, first token, length of the sequence).
 
     Dense batches: slot = sequence * NT + chunk - C0, for a launch over chunks C0 .. C0 + NT - 1 of
-    every sequence (NT: all of them, C0 = 0, unless the launcher cuts the pass into pieces). Packed sequences: chunk_offsets [N + 1] holds the
-    cumulative chunk counts; a binary search finds the last sequence starting at or before the slot
-    (empty sequences own no slot). Slots past the last chunk return a chunk index past the end."""
+    every sequence (NT: all of them, C0 = 0, unless the launcher cuts the pass into pieces). Packed
+    sequences: chunk_offsets [N + 1] holds the cumulative chunk counts and slot_seqs [slots] each
+    slot's sequence, found by the launcher on the device (a search here would be a chain of
+    dependent loads at the start of every program, with nothing else to do meanwhile). Slots past
+    the last chunk belong to the last sequence and return a chunk index past its end."""
     if IS_VARLEN:
-        lo = 0
-        hi = N
-        for _ in tl.static_range(LOG_N):
-            mid = (lo + hi) // 2
-            go_right = tl.load(chunk_offsets + mid) <= i_slot
-            lo = tl.where(go_right, mid, lo)
-            hi = tl.where(go_right, hi, mid)
-        i_n = lo
+        i_n = tl.load(slot_seqs + i_slot)
         i_c = i_slot - tl.load(chunk_offsets + i_n)
         tok0 = tl.load(cu_seqlens + i_n).to(tl.int64)
         T_seq = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - tok0).to(tl.int32)
@@ -300,10 +294,10 @@ def locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN: tl.
 @triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    scale, chunk_offsets, cu_seqlens, done, T, NT, N, NUM_SLOTS, C0,
+    scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, N, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, LOG_N: tl.constexpr, USE_L2NORM: tl.constexpr,
+    BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
@@ -331,7 +325,7 @@ def wy_kernel(
         i_slot, i_hv = tl.program_id(0), tl.program_id(1)
     if i_slot >= NUM_SLOTS:
         return
-    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, cu_seqlens, T, NT, N, C0, IS_VARLEN, LOG_N)
+    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,

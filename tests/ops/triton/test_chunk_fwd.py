@@ -170,6 +170,7 @@ def test_triton_bf16_overlap_flags(group):
     and group bounds are what is checked (9 chunks: groups of 1, of 4, 4 and 1, or one of 9); the
     values equal those of the pieces, bit for bit, from an initial state and without one."""
     import faulthandler
+    import inspect
     import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51 + group, device=DEVICE)
@@ -181,7 +182,8 @@ def test_triton_bf16_overlap_flags(group):
             def launch(*args, **kw):
                 real[grid](*args, **kw)
                 if kw.get("SIGNAL"):
-                    counts.append(args[19].flatten().tolist())     # done, after the WY pass ran
+                    done = args[list(inspect.signature(real.fn).parameters).index("done")]
+                    counts.append(done.flatten().tolist())          # after the WY pass ran
             return launch
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
