@@ -202,7 +202,8 @@ def timing() -> None:
             fn = forward_call(bf16_problem(B, T), kw, cu)
             try:
                 fn()
-            except ValueError:                     # a knob this shape refuses (e.g. pieces with varlen)
+            except ValueError as e:                # a knob this shape refuses (e.g. pieces with varlen)
+                print(f"  {cname} at {label}: {e}", flush=True)
                 cells.append(f"{'n/a':>15}")
                 continue
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")

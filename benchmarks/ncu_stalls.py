@@ -1,22 +1,38 @@
 """Summarise an ncu source page (``ncu -i REP --page source --csv --print-source sass > F.csv``):
 the warp-stall samples by reason and the instructions with the most samples.
 Usage: python3 benchmarks/ncu_stalls.py F.csv [top N, default 30]"""
-import csv,sys,collections
-rows=list(csv.reader(open(sys.argv[1])))
-hdr=rows[1]; data=rows[2:]
-i_src=hdr.index("Source"); i_s=hdr.index("Warp Stall Sampling (All Samples)")
-stall_cols=[(i,h) for i,h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
-tot=collections.Counter(); total=0
-for r in data:
-    if len(r)<len(hdr): continue
-    for i,h in stall_cols:
-        try: tot[h]+=int(r[i])
-        except: pass
-    total+=int(r[i_s] or 0)
-print("total samples",total)
-for h,v in tot.most_common(12): print(f"  {h:<24}{v:8d} {100*v/total:5.1f}%")
-# top instructions
-top=sorted(data,key=lambda r:-int(r[i_s] or 0) if len(r)>i_s else 0)[:int(sys.argv[2]) if len(sys.argv)>2 else 30]
-for r in top:
-    det=",".join(f"{h[6:]}={r[i]}" for i,h in stall_cols if r[i] not in ("0",""))
-    print(f"{r[i_s]:>6} {r[0][-5:]} {r[i_src].strip()[:60]:<60} {det}")
+import collections
+import csv
+import sys
+
+
+def count(cell: str) -> int:
+    """A sample count as ncu writes it ("1,234", "" or "0"); anything else counts as 0."""
+    try:
+        return int(cell.replace(",", "") or 0)
+    except ValueError:
+        return 0
+
+
+def main() -> None:
+    rows = list(csv.reader(open(sys.argv[1])))
+    header, data = rows[1], [r for r in rows[2:] if len(r) >= len(rows[1])]
+    i_src = header.index("Source")
+    i_all = header.index("Warp Stall Sampling (All Samples)")
+    stalls = [(i, h) for i, h in enumerate(header) if h.startswith("stall_") and "Not Issued" not in h]
+    by_reason = collections.Counter()
+    for r in data:
+        for i, h in stalls:
+            by_reason[h] += count(r[i])
+    total = sum(count(r[i_all]) for r in data)
+    print("total samples", total)
+    for h, n in by_reason.most_common(12):
+        print(f"  {h:<24}{n:8d} {100 * n / max(total, 1):5.1f}%")
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    for r in sorted(data, key=lambda r: -count(r[i_all]))[:top]:
+        detail = ",".join(f"{h[6:]}={r[i]}" for i, h in stalls if count(r[i]))
+        print(f"{r[i_all]:>6} {r[0][-5:]} {r[i_src].strip()[:60]:<60} {detail}")
+
+
+if __name__ == "__main__":
+    main()

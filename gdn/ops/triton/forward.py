@@ -84,8 +84,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     on a GPU when the walk takes at most one program per SM: see schedule.choose_pieces) runs the WY
     pass beside the walk. How (``overlap``): "flags" (the default, with factors "t" and fewer walk
     programs than SMs, unless a CUDA graph is being captured) launches the WY pass once over all
-    chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks to
-    be counted done (default: schedule.choose_flag_group, 8 or 16); "pieces" cuts the chunks into that many pieces, the WY pass of piece i + 1
+    chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
+    (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into that many pieces, the WY pass of piece i + 1
     beside the walk of piece i, ordered by events. ``inverse`` defaults to "blocks" on the split WY
     pass, "product" otherwise.
 
@@ -223,8 +223,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
         attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
         attn, attn2 = attn_parts[0], attn_parts[1]
+    # The flags need a WY program to fit beside every walk program (the configuration measured: 4 warps
+    # each, a walk of <= 32 columns in <= 2 stages): otherwise walks of concurrent calls could fill
+    # every SM and leave no room for the WY passes they wait for.
+    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 2
+    flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
+             and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
     if pieces is None:
-        pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device)) if (
+        pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
@@ -240,9 +246,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             seq_order = torch.argsort(lengths, descending=True, stable=True).to(torch.int32)
         chunk_offsets = torch.zeros(N + 1, dtype=torch.int32, device=q.device)
         torch.cumsum((lengths + BT - 1) // BT, 0, out=chunk_offsets[1:])
-        # Each WY slot's sequence: the last one starting at or before it (empty sequences own no slot).
+        # Each WY slot's sequence: the first whose chunks end after the slot (empty ones end where they
+        # start, so they own no slot); slots past the last chunk go to the last sequence.
         slot_ids = torch.arange(NT + N, dtype=torch.int32, device=q.device)
-        slot_seqs = (torch.searchsorted(chunk_offsets, slot_ids, right=True, out_int32=True) - 1).clamp_(max=N - 1)
+        slot_seqs = torch.searchsorted(chunk_offsets[1:], slot_ids, right=True, out_int32=True).clamp_(max=N - 1)
 
     def wy_pass(c_first, n_chunks, done=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
@@ -291,12 +298,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
             BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=dot_dtype, num_warps=num_warps)
 
-    # The flags need a WY program to fit beside every walk program (the configuration measured: 4 warps
-    # each, a walk of <= 32 columns in <= 2 stages): otherwise walks of concurrent calls could fill
-    # every SM and leave no room for the WY passes they wait for.
-    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 2
-    if (overlap == "flags" and pieces > 1 and t_in and not ring and beside and N * HV * NV < num_sms(q.device)
-            and not (q.is_cuda and torch.cuda.is_current_stream_capturing())):
+    if flags and pieces > 1:
         # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting
         # for each group of chunks to be counted done. It cannot deadlock: the WY pass waits for
         # nothing, it is launched first (so a GPU, tool or CUDA_LAUNCH_BLOCKING that runs kernels one

@@ -28,19 +28,20 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
-def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int) -> int:
+def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int, flags: bool = False) -> int:
     """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
     walk of the previous one: only when the walk takes at most one program per SM (it is then
-    latency-bound and leaves room on every SM), and from 4096 tokens on. Each piece costs the host
-    two kernel launches and an event (0.07-0.3 ms of host time a piece on the H200 machine, which a
-    short piece's GPU work does not hide), and the WY pass of the first piece runs alone: so 2
-    pieces up to 8k tokens, then pieces of at least 4096 tokens, 8 up to 64k tokens, then pieces of
-    ~8k tokens, at most 16 (the H200 sweeps of benchmarks/NOTES.md v6, at chunk size 64: 64 and 128
-    chunks). More than one piece is also what turns on the default overlap="flags" (two launches,
-    whatever the length): at B1 x T4k it took 0.282 ms against 0.345 for the WY pass and then the
-    walk (NOTES.md v8); below 4096 tokens the host's launches set the pace."""
+    latency-bound and leaves room on every SM). Each piece costs the host two kernel launches and
+    an event (0.07-0.3 ms of host time a piece on the H200 machine, which a short piece's GPU work
+    does not hide), and the WY pass of the first piece runs alone: so at least 4096 tokens a piece,
+    8 pieces up to 64k tokens, then pieces of ~8k tokens, at most 16 (the H200 sweeps of
+    benchmarks/NOTES.md v6, at chunk size 64: 64 and 128 chunks).
+    More than one piece is also what turns on the default overlap="flags" (two launches, whatever
+    the length). With ``flags`` (the launcher will take that overlap) 2 pieces from 4096 tokens
+    on: at B1 x T4k it took 0.282 ms against 0.345 for the WY pass and then the walk (NOTES.md
+    v8); below that the host's launches set the pace."""
     tokens = num_chunks * chunk_size
-    if programs > num_sms or tokens < 4096 or num_chunks < 2:
+    if programs > num_sms or num_chunks < 2 or tokens < (4096 if flags else 8192):
         return 1
     return max(2, min(16, num_chunks, tokens // 4096, max(8, tokens // 8192)))
 

@@ -218,8 +218,9 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     o_i = o_t
     o_k = tl.arange(0, BK)
     m_qk = m_t[:, None] & (o_k < K)[None, :]
-    # Every load before the first store: a store may alias a later load as far as the compiler
-    # knows, so a load after a store waits for it, and each such round trip leaves the program idle.
+    # The chunk's q, k, g and beta all loaded before the first store: a store may alias a later load
+    # as far as the compiler knows, so a load after a store waits for it, and each such round trip
+    # leaves the program idle. (Only the w and u path, not the default, loads again after storing.)
     NEED_Q: tl.constexpr = STORE_ATTN or (USE_L2NORM and STORE_NORMS)
     if NEED_Q:
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)

@@ -172,9 +172,11 @@ def test_triton_bf16_overlap_flags(group):
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
+    from gdn.ops.triton.schedule import choose_flag_group
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51 + group, device=DEVICE)
     counts = []                     # the done counts each flags call leaves: every chunk counted once
+    groups = []                     # the group size each flags launch took
     real = forward.wy_kernel
 
     class Spy:
@@ -184,6 +186,7 @@ def test_triton_bf16_overlap_flags(group):
                 if kw.get("SIGNAL"):
                     done = args[list(inspect.signature(real.fn).parameters).index("done")]
                     counts.append(done.flatten().tolist())          # after the WY pass ran
+                    groups.append(kw["GROUP"])
             return launch
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
@@ -195,11 +198,14 @@ def test_triton_bf16_overlap_flags(group):
             o = torch.full_like(v, float("nan"))
             o, S = forward.triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
             _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True)
+        o_default, _ = forward.triton_forward(q, k, v, g, beta, **kw)      # flag_group left to the schedule
+        assert torch.equal(o_default, o_pieces)
     finally:
         forward.wy_kernel = real
         faulthandler.cancel_dump_traceback_later()
     per_group = [min(group, 9 - c) for c in range(0, 9, group)]          # 9 chunks in groups
-    assert counts == [[n for n in per_group for _ in range(2)]] * 2     # [group, head], 2 heads
+    assert counts[:2] == [[n for n in per_group for _ in range(2)]] * 2     # [group, head], 2 heads
+    assert groups == [group, group, choose_flag_group(9)]
     with pytest.raises(ValueError, match="overlap must be"):
         forward.triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
     with pytest.raises(ValueError, match="flag_group must be"):
@@ -333,11 +339,12 @@ def test_triton_bf16_correlated_keys(factors):
 def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_first):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
     next sequence (block pointers bounded by the sequence length). longest_first: the walk takes the
-    sequences in another order (lengths 0, 17, 47, 0, 86 -> 86, 47, 17, 0, 0); each still gets its own
-    state."""
-    cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
+    sequences in another order (lengths 0, 17, 47, 0, 86, 0 -> 86, 47, 17, 0, 0, 0); each still gets its
+    own state. The last sequence is empty too: the WY pass's slots past the last chunk must not land
+    on it."""
+    cu = torch.tensor([0, 0, 17, 64, 64, 150, 150], dtype=torch.int32, device=DEVICE)
     q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
-                                         N=5, seed=5, device=DEVICE)
+                                         N=6, seed=5, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
@@ -345,7 +352,7 @@ def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_fir
                           **dict(SPLIT, attention=attention, factors=factors, longest_first=longest_first))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
-    assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
+    assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3]) and torch.equal(S[5], S0[5])
 
 
 def test_triton_without_initial_or_final_state():

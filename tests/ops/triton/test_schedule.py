@@ -13,11 +13,12 @@ def test_choose_segments_fills_one_wave():
 def test_choose_pieces_follows_the_sweep():
     """B = 1, 32 value heads, 128 walk programs on 132 SMs: pieces of at least 4096 tokens (the host's
     launches keep pace), as timed on the H200 at T = 8k, 16k, 32k and 128k (benchmarks/NOTES.md v6);
-    2 from 4096 tokens (the flags overlap, v8); none for short sequences or a full GPU; counted in
-    tokens, so smaller chunks get no more pieces."""
+    with the flags overlap (no launches a piece) 2 from 4096 tokens (v8); none for short sequences or
+    a full GPU; counted in tokens, so smaller chunks get no more pieces."""
     from gdn.ops.triton.schedule import choose_pieces
     assert [choose_pieces(128, T // 64, 64, 132) for T in (2048, 4096, 8192, 16384, 32768, 131072, 1 << 20)] == \
-        [1, 2, 2, 4, 8, 16, 16]
+        [1, 1, 2, 4, 8, 16, 16]
+    assert [choose_pieces(128, T // 64, 64, 132, flags=True) for T in (2048, 4096, 8192, 32768)] == [1, 2, 2, 8]
     assert choose_pieces(128, 8192 // 16, 16, 132) == 2
     assert choose_pieces(512, 4096, 64, 132) == 1           # the walk fills the GPU: nothing beside it
 
