@@ -32,6 +32,8 @@ CONFIGS = {
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
     "wy maxnreg 128": dict(wy_maxnreg=128),           # four (two beside a walk program): slower (v8)
     "wy product": dict(inverse="product"),
+    "wy parts": dict(inverse="blocks_parts"),  # tf32x3 from our own parts (v9 candidate: 5400 -> 4464 instr.)
+    "wy parts 168": dict(inverse="blocks_parts", wy_maxnreg=168),   # the same, three programs an SM
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "outputs beside": dict(outputs="beside"),         # outputs in a kernel beside the walk, 32-chunk pieces
     "outputs beside 64": dict(outputs="beside", ring_chunks=64),   # the same in 64-chunk pieces

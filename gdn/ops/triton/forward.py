@@ -53,8 +53,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed ("blocks", "product" or "substitution", see
-    gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
+    how the in-chunk triangular inverse is formed ("blocks", "blocks_parts", "product" or
+    "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
     in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
@@ -139,8 +139,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
-    if inverse not in (None, "blocks", "product", "substitution"):
-        raise ValueError(f"inverse must be 'blocks', 'product' or 'substitution', got {inverse!r}")
+    if inverse not in (None, "blocks", "blocks_parts", "product", "substitution"):
+        raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'product' or 'substitution', got {inverse!r}")
     if inverse is None:
         inverse = "blocks" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():

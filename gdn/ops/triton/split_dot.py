@@ -4,6 +4,9 @@ With bf16 inputs every product can run on bf16 matrix units at fp32 accuracy, be
 are exact bf16 operands and each computed fp32 operand is cut into 2 or 3 bf16 parts. Against tf32x3
 products of fp32 tiles this halves the matrix-unit time and the registers and shared memory of the
 operands, which is what kept the forward kernels spilling.
+
+tf32_parts / dot_tf32x3: Triton's tf32x3 products with the fp32 operands cut here, without the guard
+against infinities that Triton adds to every element (the WY pass's inverse, INVERSE="blocks_parts").
 """
 from __future__ import annotations
 
@@ -157,3 +160,25 @@ def dot_split(a_1, a_2, NA: tl.constexpr, b_1, b_2, acc, FUSED: tl.constexpr):
         return r
     else:
         return dot_parts(a_1, a_2, a_2, NA, b_1, b_2, b_2, 2, acc)
+
+
+@triton.jit
+def tf32_parts(a):
+    """Finite fp32 ``a`` as big + small: big = a rounded to a tf32 value (to nearest, ties away: half
+    an ulp added to the bits, the 13 low mantissa bits cleared), small = a - big, exact in fp32 (the
+    matrix units keep its top 11 bits). Infinities and NaN are not parts of anything here."""
+    big = ((a.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return big, a - big
+
+
+@triton.jit
+def dot_tf32x3(a, b, acc=None):
+    """acc + a @ b from finite fp32 tiles at tf32x3 accuracy: a_2 b_1 + a_1 b_2 + a_1 b_1 on tf32
+    matrix units, the parts from tf32_parts. Triton's input_precision="tf32x3" splits the same way
+    but also guards every element against infinities (a compare and a select per element of each
+    operand: a fifth of the WY kernel's instructions); the inverse's entries are finite."""
+    a_1, a_2 = tf32_parts(a)
+    b_1, b_2 = tf32_parts(b)
+    r = tl.dot(a_2, b_1, acc, input_precision="tf32")
+    r = tl.dot(a_1, b_2, r, input_precision="tf32")
+    return tl.dot(a_1, b_1, r, input_precision="tf32")

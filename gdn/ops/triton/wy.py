@@ -22,7 +22,7 @@ import triton.language as tl
 from ..common import L2NORM_EPS
 from .addressing import row_offsets, row_tile, row_vec, rows_block
 from .decay import chunk_decay
-from .split_dot import load_parts, split_dot, store_parts
+from .split_dot import dot_tf32x3, load_parts, split_dot, store_parts
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -72,7 +72,16 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
 
 
 @triton.jit
-def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr):
+def _dot3(a, b, OWN_PARTS: tl.constexpr):
+    """a @ b at tf32x3: Triton's, or from our own parts (OWN_PARTS: split_dot.dot_tf32x3)."""
+    if OWN_PARTS:
+        return dot_tf32x3(a, b)
+    return tl.dot(a, b, input_precision="tf32x3")
+
+
+@triton.jit
+def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
+                              OWN_PARTS: tl.constexpr = False):
     """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
@@ -90,22 +99,22 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     b_X = eye_d - b_Ad
     b_P = b_Ad
     for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
-        b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
-        b_X = tl.dot(b_X, eye_d + b_P, input_precision="tf32x3")
+        b_P = _dot3(b_P, b_P, OWN_PARTS)
+        b_X = _dot3(b_X, eye_d + b_P, OWN_PARTS)
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
-    b_N = tl.reshape(tl.dot(b_X, b_Aoff, input_precision="tf32x3"), [BT, BT])
+    b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
     for _ in tl.static_range(1, LOG_BLOCKS):
-        b_P2 = tl.dot(b_P2, b_P2, input_precision="tf32x3")
-        b_R = tl.dot(b_R, eye + b_P2, input_precision="tf32x3")
+        b_P2 = _dot3(b_P2, b_P2, OWN_PARTS)
+        b_R = _dot3(b_R, eye + b_P2, OWN_PARTS)
     # T = R X: column block c of T is (column block c of R) X_c.
     b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
-    b_T3 = tl.dot(b_R3, b_X, input_precision="tf32x3")
+    b_T3 = _dot3(b_R3, b_X, OWN_PARTS)
     return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
 
 
@@ -121,9 +130,11 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     2. With X = (I + A_diag)^-1 and N = X A_off (strictly block-lower, so N^(BT/BLOCK) = 0):
        (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
     INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
+    INVERSE="blocks_parts": the same with each tf32x3 product from our own parts (split_dot.dot_tf32x3:
+    no guards against infinities, which these finite tiles do not need).
     """
-    if INVERSE == "blocks":
-        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS)
+    if INVERSE == "blocks" or INVERSE == "blocks_parts":
+        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE == "blocks_parts")
     o_i = tl.arange(0, BT)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)

@@ -51,7 +51,7 @@ def test_triton_varlen_with_empty_sequences():
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
-@pytest.mark.parametrize("inverse", ["substitution", "product", "blocks"])
+@pytest.mark.parametrize("inverse", ["substitution", "product", "blocks", "blocks_parts"])
 def test_triton_inverse_variants(inverse):
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 100, 1, 2, 32, 32, dtype=torch.float32, initial_state=True,
@@ -311,8 +311,8 @@ def test_triton_bf16_factors(factors, C, l2norm):
         triton_forward(q, k, v, g, beta, scale=0.25, inverse="blocks_bf16")
 
 
-@pytest.mark.parametrize("factors", ["t", "wu"])
-def test_triton_bf16_correlated_keys(factors):
+@pytest.mark.parametrize("factors, inverse", [("t", "blocks"), ("wu", "blocks"), ("t", "blocks_parts")])
+def test_triton_bf16_correlated_keys(factors, inverse):
     """Nearly parallel keys, beta near 1 and slow decay: the in-chunk inverse's partial products
     (powers of the 16 x 16 blocks of A) grow to thousands while the inverse stays near 1. Products
     kept to 16 bits there gave S errors of 2e-2 to 6e-2 (a two-part bf16 inverse, measured and
@@ -329,7 +329,8 @@ def test_triton_bf16_correlated_keys(factors):
     q, k, v, g, beta, S0 = (x.to(DEVICE) for x in (q, k, v, g, beta, S0))
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=64, num_segments=1, **dict(SPLIT, factors=factors))
+                          use_qk_l2norm=True, chunk_size=64, num_segments=1,
+                          **dict(SPLIT, factors=factors, inverse=inverse))
     assert_close(o, o_ref, rtol=2e-2, name="o")
     assert_close(S, S_ref, rtol=1e-3, name="S")
 

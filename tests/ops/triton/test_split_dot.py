@@ -1,12 +1,12 @@
 """The split products' tile helpers (gdn.ops.triton.split_dot) in Triton's interpreter: the tiles
-side by side and stacked, and dot_cat against the products of the parts in float64."""
+side by side and stacked, dot_cat against the products of the parts in float64, and the tf32 parts."""
 import pytest
 import torch
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from gdn.ops.triton.split_dot import cat_cols, cat_rows, dot_cat, sum_halves  # noqa: E402
+from gdn.ops.triton.split_dot import cat_cols, cat_rows, dot_cat, dot_tf32x3, sum_halves, tf32_parts  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -68,3 +68,30 @@ def test_dot_cat_is_the_product_of_the_parts(NA):
     a = a1.double() if NA == 1 else a1.double() + a2.double()
     want = a @ (b1.double() + b2.double())
     torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-5)
+
+
+@triton.jit
+def _tf32_kernel(a, b, big, small, prod, M: tl.constexpr):
+    o_m = tl.arange(0, M)
+    o = o_m[:, None] * M + o_m[None, :]
+    b_a = tl.load(a + o)
+    b_big, b_small = tf32_parts(b_a)
+    tl.store(big + o, b_big)
+    tl.store(small + o, b_small)
+    tl.store(prod + o, dot_tf32x3(b_a, tl.load(b + o)))
+
+
+def test_tf32_parts_round_to_tf32_and_sum_exactly():
+    """big is a tf32 value (13 low mantissa bits clear) within half a tf32 ulp of a, big + small is
+    a exactly; dot_tf32x3's three products give a @ b (here to fp32 accuracy: the interpreter does
+    not cut operands to tf32, which the H200's matrix units do)."""
+    gen = torch.Generator().manual_seed(3)
+    a = (torch.randn(16, 16, generator=gen) * torch.logspace(-3, 3, 16)).to(DEVICE)
+    b = torch.randn(16, 16, generator=gen).to(DEVICE)
+    big, small, prod = (torch.empty(16, 16, device=DEVICE) for _ in range(3))
+    _tf32_kernel[(1,)](a, b, big, small, prod, M=16)
+    assert torch.all(big.view(torch.int32) & 0x1FFF == 0)
+    assert torch.equal(big + small, a)
+    assert torch.all(small.abs() <= a.abs() * 2.0 ** -11)
+    ref = a.double() @ b.double()
+    assert ((prod.double() - ref).norm() / ref.norm()).item() < 1e-6
