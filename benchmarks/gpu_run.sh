@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # On the GPU machine (no package registry): unpack the peers, check correctness, time everything.
-# Usage (device tool, carry .peers): bash benchmarks/gpu_run.sh [check|bench|all]
+# Usage (device tool, carry .peers): bash benchmarks/gpu_run.sh [check|bench|all|SECTION...]
+#   check: every gpu_check.py section; bench: `gdn bench` with the peers; all: both (the default);
+#   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
+#   each in its own process, its whole output kept in $OUT/<section>.log and printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
 OUT="${OUT:-/tmp/gdn_out}"
 mkdir -p "$OUT"
 what="${1:-all}"
+case "$what" in
+    check|bench|all) ;;
+    *)
+        for section in "$@"; do
+            timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section.log"
+        done
+        exit 0 ;;
+esac
 if [[ "$what" == check || "$what" == all ]]; then
     python3 benchmarks/gpu_check.py 2>&1 | tee "$OUT/gpu_check.log"
 fi
