@@ -2,7 +2,7 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v7 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v8 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
 (at one program an SM, each product of parts as one matrix product), and on a GPU, where the walk
