@@ -56,7 +56,7 @@ CONFIGS = {
     # the walk's products, and how the WY pass runs beside the walk (v7)
     "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)
     "overlap pieces": dict(overlap="pieces"),        # the WY pass in pieces beside the walk, events between (v6)
-    "flags 4": dict(flag_group=4),                    # the walk waits for groups of 4 chunks (default 8, 16 from 1024 chunks)
+    "flags 4": dict(flag_group=4),                    # groups of 4 chunks (default 8, 16 from 1024 chunks)
     "flags 8": dict(flag_group=8),                    # groups of 8 at any length (v7, the v8 bench)
     "flags 16": dict(flag_group=16),
     "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)

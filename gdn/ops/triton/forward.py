@@ -86,8 +86,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     programs than SMs, unless a CUDA graph is being captured) launches the WY pass once over all
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
-    that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events. ``inverse`` defaults to "blocks" on the split WY
-    pass, "product" otherwise.
+    that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
+    ``inverse`` defaults to "blocks" on the split WY pass, "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
