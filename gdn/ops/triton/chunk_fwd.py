@@ -60,8 +60,8 @@ def _load_w(w, w2, w3, tok0, i_hv, T_seq, t0, HV: tl.constexpr, K: tl.constexpr,
             BK: tl.constexpr, SPLIT: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """One chunk's w [BT, BK] (or its SPLIT bf16 parts), as the WY pass stored it."""
     return load_parts(rows_block(w, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
-                       rows_block(w2, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
-                       rows_block(w3, tok0, i_hv, T_seq, t0, HV, K, BT, BK), SPLIT, DOT_DTYPE)
+                      rows_block(w2, tok0, i_hv, T_seq, t0, HV, K, BT, BK),
+                      rows_block(w3, tok0, i_hv, T_seq, t0, HV, K, BT, BK), SPLIT, DOT_DTYPE)
 
 
 @triton.jit
@@ -280,8 +280,8 @@ def _chunk_fwd_kernel(
             b_B = tl.load(maps_B + i_map * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
             if SPLIT > 0:
                 b_A, b_A2, b_A3 = load_parts(_square_block(maps_A, i_map, K, BK),
-                                              _square_block(maps_A2, i_map, K, BK),
-                                              _square_block(maps_A3, i_map, K, BK), SPLIT, DOT_DTYPE)
+                                             _square_block(maps_A2, i_map, K, BK),
+                                             _square_block(maps_A3, i_map, K, BK), SPLIT, DOT_DTYPE)
                 b_s1, b_s2, b_s3 = bf16_parts(b_S, SPLIT, DOT_DTYPE)
                 b_S = dot_parts(b_A, b_A2, b_A3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_B)
             else:

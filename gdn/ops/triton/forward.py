@@ -257,7 +257,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         wy_kernel[(slots, HV) if done is None else (slots * HV,)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets, slot_seqs,
-            dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, N, slots,
+            dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,

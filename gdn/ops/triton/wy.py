@@ -35,6 +35,13 @@ def l2norm_factors(b_sq):
 
 
 @triton.jit
+def l2norm_rows(b_x):
+    """The l2norm factors [rows] of a tile's rows, summed in fp32."""
+    b_xf = b_x.to(tl.float32)
+    return l2norm_factors(tl.sum(b_xf * b_xf, axis=1))
+
+
+@triton.jit
 def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                 USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, WITH_Q: tl.constexpr = True,
@@ -59,10 +66,8 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
         b_rq = tl.load(row_vec(rq, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
         b_rk = tl.load(row_vec(rk, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
     elif USE_L2NORM:
-        b_qf = b_q.to(tl.float32)
-        b_kf = b_k.to(tl.float32)
-        b_rq = l2norm_factors(tl.sum(b_qf * b_qf, axis=1))
-        b_rk = l2norm_factors(tl.sum(b_kf * b_kf, axis=1))
+        b_rq = l2norm_rows(b_q)
+        b_rk = l2norm_rows(b_k)
     else:
         b_rq = tl.full([BT], 1.0, dtype=tl.float32)
         b_rk = tl.full([BT], 1.0, dtype=tl.float32)
@@ -245,8 +250,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
         if STORE_NORMS:
             # The queries' norm factors for the state walk (the walk reads no fp32 tiles).
-            b_qf = b_q.to(tl.float32)
-            b_rq = l2norm_factors(tl.sum(b_qf * b_qf, axis=1))
+            b_rq = l2norm_rows(b_q)
             tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
             tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
     b_G, b_D = chunk_decay(b_g, BT)
@@ -306,7 +310,7 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
 @triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, N, NUM_SLOTS, C0,
+    scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
