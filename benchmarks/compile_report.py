@@ -186,7 +186,8 @@ HEADER = (f"{'variant':<18}{'kernel':<22}{'grid':<15}{'w':>3}{'regs':>5}{'spill 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--variants", default=",".join(CONFIGS), help="comma-separated names of CONFIGS")
+    ap.add_argument("--variants", default=",".join(CONFIGS),
+                    help='comma-separated names of CONFIGS; "a&b" merges configs a and b (b wins)')
     ap.add_argument("--shape", default="1,32768", help="B,T")
     ap.add_argument("--heads", default="16,32,128,128", help="H,HV,K,V")
     ap.add_argument("--dtype", default="bfloat16", help="input dtype: bfloat16, float16 or float32")
@@ -211,7 +212,8 @@ def main(argv=None):
     print(HEADER)
     seen = {}
     for vname in args.variants.split(","):
-        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **CONFIGS[vname]):
+        config = {key: value for part in vname.split("&") for key, value in CONFIGS[part.strip()].items()}
+        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **config):
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
                 seen[ck.hash] = analyse(ck, arch)

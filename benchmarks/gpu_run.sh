@@ -3,7 +3,8 @@
 # Usage (device tool, carry .peers): bash benchmarks/gpu_run.sh [check|bench|all|SECTION...]
 #   check: every gpu_check.py section; bench: `gdn bench` with the peers; all: both (the default);
 #   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
-#   each in its own process, its whole output kept in $OUT/<section>.log and printed.
+#   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
+#   TAG is set, so that a second run of a section keeps the first one's log) and printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
@@ -14,7 +15,7 @@ case "$what" in
     check|bench|all) ;;
     *)
         for section in "$@"; do
-            timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section.log"
+            timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"
         done
         exit 0 ;;
 esac

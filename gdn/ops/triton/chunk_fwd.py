@@ -213,6 +213,18 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
     return b_S
 
 
+@triton.jit
+def _wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr):
+    """Spin until the WY pass has counted every chunk of the group holding chunk c done
+    (done [N, groups, HV]; the last group may hold fewer than GROUP)."""
+    g0 = c - c % GROUP
+    p_done = done + (i_n * tl.cdiv(NT, GROUP) + g0 // GROUP) * HV + i_hv
+    n_need = tl.minimum(GROUP, NT - g0)
+    n_done = tl.atomic_add(p_done, 0, sem="acquire")
+    while n_done < n_need:
+        n_done = tl.atomic_add(p_done, 0, sem="acquire")
+
+
 @triton.jit(do_not_specialize=["C_BEGIN", "C_END", "RING_BASE"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
@@ -223,7 +235,7 @@ def _chunk_fwd_kernel(
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
     LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
-    WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1,
+    WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -241,7 +253,8 @@ def _chunk_fwd_kernel(
     32): each product of bf16 parts as one matrix product (split_dot.dot_cat). WAIT (one segment, C_BEGIN = 0):
     the WY pass runs beside the walk over the same chunks and counts the chunks of each group of GROUP
     it has finished in done [N, groups, HV] (wy_kernel's SIGNAL); the walk waits for a group's count
-    before it loads anything of it."""
+    before it loads anything of it: AHEAD chunks before it needs the group (AHEAD >= the loop's
+    pipeline stages, whose loads run AHEAD - 1 chunks ahead of the chunk being formed)."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
     # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -292,25 +305,20 @@ def _chunk_fwd_kernel(
     tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
     rings = (ring_s, ring_s2, ring_u, ring_u2)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
-    # Two loops, not the grouped one for both: run once, the outer loop still costs the plain walk
-    # ~400 B of spills a thread (compile report, sm_90).
     if WAIT:
-        # Groups of GROUP chunks, each counted done by the WY pass before any of its loads is issued
-        # (each group's loop is pipelined on its own: its first loads come after the wait).
-        for g0 in range(c0, c1, GROUP):
-            g1 = tl.minimum(g0 + GROUP, c1)
-            p_done = done + (i_n * tl.cdiv(NT, GROUP) + g0 // GROUP) * HV + i_hv
-            n_done = tl.atomic_add(p_done, 0, sem="acquire")
-            while n_done < g1 - g0:
-                n_done = tl.atomic_add(p_done, 0, sem="acquire")
-            for c in range(g0, g1):
-                b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT,
-                                  BK, BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN,
-                                  OUT_RING, FUSED)
-    else:
-        for c in range(c0, c1):
-            b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
-                              BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED)
+        # One pipelined loop (v9): the loads of chunk c + 1 are issued while chunk c is formed (AHEAD,
+        # the pipeline's stages, bounds how far ahead), so chunk c waits for the group of chunk
+        # c + AHEAD and no group starts with its loads exposed. (v8 waited at each group's start and
+        # ran the group in a loop of its own, pipelined on its own: 44 B of spills, a 1533-instruction
+        # loop body against 1284, and each group's first loads issued after its wait.)
+        for c_first in range(c0, tl.minimum(c0 + AHEAD, c1), GROUP):
+            _wait_group(done, i_n, i_hv, c_first, NT, HV, GROUP)
+    for c in range(c0, c1):
+        if WAIT:
+            if ((c + AHEAD) % GROUP == 0) & (c + AHEAD < c1):
+                _wait_group(done, i_n, i_hv, c + AHEAD, NT, HV, GROUP)
+        b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
+                          BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED)
 
     if STORE_FINAL:
         if i_p == P - 1:

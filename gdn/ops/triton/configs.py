@@ -2,7 +2,7 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v8 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v9 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
 (at one program an SM, each product of parts as one matrix product), and on a GPU, where the walk
@@ -13,8 +13,8 @@ order). The rest vary one knob of the default.
 """
 import torch
 
-SPLIT = dict(inverse="blocks", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
-V4 = dict(SPLIT, factors="wu")          # no fused walk, no flags (both need T diag(beta)): v4's kernels
+SPLIT = dict(inverse="blocks_parts", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
+V4 = dict(SPLIT, inverse="blocks", factors="wu")          # no fused walk, no flags (both need T diag(beta)): v4's kernels
 V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
 V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
 OLD = dict(V2, inverse="substitution")
@@ -32,8 +32,8 @@ CONFIGS = {
     "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
     "wy maxnreg 128": dict(wy_maxnreg=128),           # four (two beside a walk program): slower (v8)
     "wy product": dict(inverse="product"),
-    "wy parts": dict(inverse="blocks_parts"),  # tf32x3 from our own parts (v9 candidate: 5400 -> 4464 instr.)
-    "wy parts 168": dict(inverse="blocks_parts", wy_maxnreg=168),   # the same, three programs an SM
+    "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
+    "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "outputs beside": dict(outputs="beside"),         # outputs in a kernel beside the walk, 32-chunk pieces
     "outputs beside 64": dict(outputs="beside", ring_chunks=64),   # the same in 64-chunk pieces
@@ -59,5 +59,7 @@ CONFIGS = {
     "flags 4": dict(flag_group=4),                    # groups of 4 chunks (default 8, 16 from 1024 chunks)
     "flags 8": dict(flag_group=8),                    # groups of 8 at any length (v7, the v8 bench)
     "flags 16": dict(flag_group=16),
+    "flags 32": dict(flag_group=32),
+    "flags 64": dict(flag_group=64),
     "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)
 }

@@ -87,7 +87,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
-    ``inverse`` defaults to "blocks" on the split WY pass, "product" otherwise.
+    ``inverse`` defaults to "blocks_parts" on the split WY pass (v9), "product" otherwise.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -142,7 +142,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if inverse not in (None, "blocks", "blocks_parts", "product", "substitution"):
         raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'product' or 'substitution', got {inverse!r}")
     if inverse is None:
-        inverse = "blocks" if wy_split > 0 else "product"
+        inverse = "blocks_parts" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
         wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     stages_given = walk_stages is not None
@@ -286,7 +286,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
             dummy if done is None else done, scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV,
             IS_VARLEN=cu_seqlens is not None, WAIT=done is not None, GROUP=flag_group if done is not None else 1,
-            HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots, SPLIT=state_split,
+            AHEAD=walk_stages, HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=fast_dots,
+            SPLIT=state_split,
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused and t_in and not ring and BV <= 32,

@@ -168,7 +168,9 @@ def test_triton_bf16_overlap_flags(group):
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
     and group bounds are what is checked (9 chunks: groups of 1, of 4, 4 and 1, or one of 9); the
-    values equal those of the pieces, bit for bit, from an initial state and without one."""
+    values equal those of the pieces, bit for bit, from an initial state and without one. The walk
+    waits for the group of the chunk two ahead (its pipeline's stages): every wait, the ones before
+    its loop included, must find its group's full count, or it spins forever."""
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
