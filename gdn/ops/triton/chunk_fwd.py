@@ -128,7 +128,8 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                 FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr,
-                ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr):
+                ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr,
+                Q_REGS: tl.constexpr = False):
     """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
     outputs (or, with OUT_RING, its ring slots), and the state after it, returned. tensors, rings
     and where: the kernel's pointers and this program's place, as tuples."""
@@ -172,6 +173,11 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         else:
             b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
         if not OUT_RING:
+            if Q_REGS:
+                # q through registers (the mask changes nothing: rows past the end are zeros already):
+                # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
+                # extra one), 16 KB, which three stages need to leave room for a WY program beside.
+                b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
             b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
         if OUT_RING:
             b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
@@ -235,7 +241,7 @@ def _chunk_fwd_kernel(
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
     LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
-    WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1,
+    WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1, Q_REGS: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -254,7 +260,9 @@ def _chunk_fwd_kernel(
     the WY pass runs beside the walk over the same chunks and counts the chunks of each group of GROUP
     it has finished in done [N, groups, HV] (wy_kernel's SIGNAL); the walk waits for a group's count
     before it loads anything of it: AHEAD chunks before it needs the group (AHEAD >= the loop's
-    pipeline stages, whose loads run AHEAD - 1 chunks ahead of the chunk being formed)."""
+    pipeline stages, whose loads run AHEAD - 1 chunks ahead of the chunk being formed). Q_REGS (FUSED):
+    q reaches its product through registers, not straight from its pipeline buffers (one buffer
+    fewer: three stages then fit beside a WY program)."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
     # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -318,7 +326,8 @@ def _chunk_fwd_kernel(
             if ((c + AHEAD) % GROUP == 0) & (c + AHEAD < c1):
                 _wait_group(done, i_n, i_hv, c + AHEAD, NT, HV, GROUP)
         b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
-                          BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED)
+                          BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED,
+                          Q_REGS)
 
     if STORE_FINAL:
         if i_p == P - 1:

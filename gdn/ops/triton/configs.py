@@ -50,6 +50,8 @@ CONFIGS = {
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
+    "walk st3": dict(walk_stages=3),   # B = 1: three stages (q via registers), prefetch a chunk earlier (v10 candidate)
+    "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
     "walk 8 warps": dict(walk_warps=8),

@@ -162,15 +162,16 @@ def _assert_same_and_close(got, same_as, inputs, h0, l2norm):
     assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
-@pytest.mark.parametrize("group", [1, 4, 16])
-def test_triton_bf16_overlap_flags(group):
+@pytest.mark.parametrize("group, stages", [(1, 2), (4, 2), (16, 2), (1, 3)])
+def test_triton_bf16_overlap_flags(group, stages):
     """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
     and group bounds are what is checked (9 chunks: groups of 1, of 4, 4 and 1, or one of 9); the
     values equal those of the pieces, bit for bit, from an initial state and without one. The walk
-    waits for the group of the chunk two ahead (its pipeline's stages): every wait, the ones before
-    its loop included, must find its group's full count, or it spins forever."""
+    waits for the group of the chunk ``stages`` ahead (its pipeline's stages; 3 also takes q through
+    registers): every wait, the ones before its loop included, must find its group's full count, or
+    it spins forever."""
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
@@ -195,7 +196,7 @@ def test_triton_bf16_overlap_flags(group):
         forward.wy_kernel = Spy()
         for h0 in (S0, None):
             kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
-                      chunk_size=32, pieces=3)
+                      chunk_size=32, pieces=3, walk_stages=stages)
             o_pieces, S_pieces = forward.triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
             o = torch.full_like(v, float("nan"))
             o, S = forward.triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
