@@ -14,7 +14,7 @@ order). The rest vary one knob of the default.
 import torch
 
 SPLIT = dict(inverse="blocks_parts", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
-V4 = dict(SPLIT, inverse="blocks", factors="wu")          # no fused walk, no flags (both need T diag(beta)): v4's kernels
+V4 = dict(SPLIT, inverse="blocks", factors="wu")   # no fused walk, no flags (both need T diag(beta)): v4's
 V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
 V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
 OLD = dict(V2, inverse="substitution")

@@ -79,9 +79,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched; 3 stages, not a default, take q through registers so that
-    a WY program still fits beside: benchmarks/NOTES.md v9). ``fused`` (default on; the walk with factors "t", at most 32
-    columns) runs each product of bf16 parts as one matrix product (gdn.ops.triton.split_dot.dot_cat):
-    5 waits for the matrix units a chunk instead of 12. ``pieces`` (dense batches in one segment; default
+    a WY program still fits beside: benchmarks/NOTES.md v9). ``fused`` (default on; the walk with
+    factors "t", at most 32 columns) runs each product of bf16 parts as one matrix product
+    (gdn.ops.triton.split_dot.dot_cat): 5 waits for the matrix units a chunk instead of 12.
+    ``pieces`` (dense batches in one segment; default
     on a GPU when the walk takes at most one program per SM: see schedule.choose_pieces) runs the WY
     pass beside the walk. How (``overlap``): "flags" (the default, with factors "t" and fewer walk
     programs than SMs, unless a CUDA graph is being captured) launches the WY pass once over all
@@ -224,10 +225,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
         attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
         attn, attn2 = attn_parts[0], attn_parts[1]
-    # The flags need a WY program to fit beside every walk program (the configuration measured: 4 warps
-    # each, a walk of <= 32 columns in <= 2 stages): otherwise walks of concurrent calls could fill
-    # every SM and leave no room for the WY passes they wait for.
-    # Three stages fit with q through registers (Q_REGS: 189 + 33 KB; compile report, not yet timed).
+    # The flags need a WY program to fit beside every walk program (4 warps each, a walk of <= 32
+    # columns in <= 2 stages as measured; 3 stages fit with q through registers, Q_REGS: 189 + 33 KB
+    # of shared memory in the compile report, not yet run on a GPU): otherwise walks of concurrent
+    # calls could fill every SM and leave no room for the WY passes they wait for.
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
@@ -292,7 +293,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             SPLIT=state_split,
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
-            FUSED=fused and t_in and not ring and BV <= 32, Q_REGS=fused and t_in and not ring and walk_stages >= 3,
+            FUSED=fused and t_in and not ring and BV <= 32,
+            Q_REGS=fused and t_in and not ring and BV <= 32 and walk_stages >= 3,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):
