@@ -268,6 +268,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             STORE_ATTN=attn_in, STORE_T=t_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
+    fused_walk = fused and t_in and not ring and BV <= 32      # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
 
     rings = (dummy,) * 4
@@ -293,8 +294,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             SPLIT=state_split,
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
-            FUSED=fused and t_in and not ring and BV <= 32,
-            Q_REGS=fused and t_in and not ring and BV <= 32 and walk_stages >= 3,
+            FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):
