@@ -40,7 +40,7 @@ from triton.compiler import ASTSource, make_backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
-from gdn.ops.triton.configs import CONFIGS      # noqa: E402
+from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
 KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel", "_chunk_out_kernel")
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -62,11 +62,12 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
     saved = {name: getattr(forward, name) for name in KERNELS}
-    saved_sms = forward.num_sms
+    saved_sms, saved_tma = forward.num_sms, forward._tma_ready
     try:
         for name in KERNELS:
             setattr(forward, name, _Recorder(saved[name], launches))
         forward.num_sms = lambda device: num_sms
+        forward._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
         k = torch.empty_like(q)
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
@@ -79,7 +80,7 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     finally:
         for name, fn in saved.items():
             setattr(forward, name, fn)
-        forward.num_sms = saved_sms
+        forward.num_sms, forward._tma_ready = saved_sms, saved_tma
     return launches
 
 
@@ -212,8 +213,8 @@ def main(argv=None):
     print(HEADER)
     seen = {}
     for vname in args.variants.split(","):
-        config = {key: value for part in vname.split("&") for key, value in CONFIGS[part.strip()].items()}
-        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **config):
+        config_kw = config(vname)
+        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **config_kw):
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
                 seen[ck.hash] = analyse(ck, arch)

@@ -10,7 +10,7 @@ Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CONFIGS          the configs of the kernels, time and once sections
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
-    GDN_CHECK_ONLY       only the checks whose name contains this text
+    GDN_CHECK_ONLY       only the checks whose name contains one of these "|"-separated texts
     GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section; GDN_HOST_SHAPE "BxT" of the host
                          section; GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
@@ -29,7 +29,7 @@ from gdn import gated_delta_rule
 from gdn.cli.bench import parse_shapes, random_cu_seqlens
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
-from gdn.ops.triton.configs import CONFIGS
+from gdn.ops.triton.configs import CONFIGS, config
 
 H, HV, K, V = 16, 32, 128, 128
 failures = []
@@ -47,11 +47,14 @@ def reference(q, k, v, g, beta, S0, cu):
 
 # GDN_CHECK_BASE: a config (configs.py) under every check of the correct section, which then checks
 # that config's kernels at every shape; a check's own knobs override it.
-BASE = CONFIGS[os.environ["GDN_CHECK_BASE"]] if os.environ.get("GDN_CHECK_BASE") else {}
+BASE = config(os.environ["GDN_CHECK_BASE"]) if os.environ.get("GDN_CHECK_BASE") else {}
 
 
-def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, **kw):
-    if os.environ.get("GDN_CHECK_ONLY", "") not in name:     # GDN_CHECK_ONLY: checks whose name has it
+def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, graph=False, **kw):
+    """One call against the float64 reference. graph: the call is captured in a CUDA graph (after a
+    warm-up outside it), the inputs refilled with other random values, the output poisoned, and the
+    graph replayed: what is checked is the replay."""
+    if not any(text in name for text in os.environ.get("GDN_CHECK_ONLY", "").split("|")):   # GDN_CHECK_ONLY
         return None
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
@@ -59,8 +62,26 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
     kw = {**BASE, **kw}
     o = torch.full_like(v, float("nan"))
-    o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
-                          cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
+
+    def call():
+        return triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
+                              cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()                                            # compiles and allocates outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            o, S = call()
+        fresh = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed + 1)
+        for static, new in zip((q, k, v, g, beta), fresh):
+            static.copy_(new)
+        o.fill_(float("nan"))
+        captured.replay()
+    else:
+        o, S = call()
     # Copied on the caller's stream before any device-wide sync: work queued after the call must see
     # the results (the walk may run on a side stream), or the NaN poison shows up here.
     o, S = o.clone(), S.clone()
@@ -126,7 +147,7 @@ def kernel_line(name, grid, kernel):
 def correctness() -> None:
     cu16 = torch.tensor([0, 1000, 1001, 5000, 5000, 12345, 20000, 32768], device="cuda", dtype=torch.int32)
     for vname in os.environ.get("GDN_CHECK_CONFIGS", "default;v4;v3;v2;wy3;bv64 st1;bv32 st2;wy3 + v2 walk;attention walk").split(";"):
-        check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **CONFIGS[vname])
+        check(f"[{vname}] bf16 B2 T300", 2, 300, torch.bfloat16, **config(vname))
     check("bf16 B2 T300 chunk 16", 2, 300, torch.bfloat16, chunk_size=16)
     check("bf16 B1 T4099 forced 7 segments", 1, 4099, torch.bfloat16, num_segments=7)
     check("bf16 B1 T4099 forced 7 segments, wide blocks", 1, 4099, torch.bfloat16, num_segments=7,
@@ -139,6 +160,7 @@ def correctness() -> None:
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
+    check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)
     with torch.cuda.stream(torch.cuda.Stream()):            # the caller on a stream of its own
         check("bf16 B1 T4099 in 16 pieces, caller's own stream", 1, 4099, torch.bfloat16, pieces=16)
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",
@@ -156,7 +178,7 @@ def env_shapes(name: str, default: str):
 
 def selected_configs():
     names = os.environ.get("GDN_CONFIGS")
-    return {n: CONFIGS[n] for n in names.split(";")} if names else CONFIGS
+    return {n: config(n) for n in names.split(";")} if names else CONFIGS
 
 
 def bf16_problem(B, T):
@@ -226,7 +248,7 @@ def host() -> None:
     inputs = bf16_problem(B, T)
     names = os.environ.get("GDN_CONFIGS", "default").split(";")
     for cname in names:
-        fn = forward_call(inputs, CONFIGS[cname])
+        fn = forward_call(inputs, config(cname))
         fn()
         torch.cuda.synchronize()
         prof = cProfile.Profile()
@@ -253,7 +275,7 @@ def profile() -> None:
                 fn = lambda: peer(*inputs, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
                                   cu_seqlens=cu)
             else:
-                fn = forward_call(inputs, CONFIGS[cname], cu)
+                fn = forward_call(inputs, config(cname), cu)
             fn()
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -24,5 +24,6 @@ if [[ "$what" == check || "$what" == all ]]; then
 fi
 if [[ "$what" == bench || "$what" == all ]]; then
     source scripts/unpack_peers.sh
-    python3 -m gdn bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+    # BENCH_ARGS is shell text (eval): config names hold spaces, e.g. BENCH_ARGS="--configs 'walk loads'".
+    eval "python3 -m gdn bench --out \"\$OUT/bench\" ${BENCH_ARGS:-}" 2>&1 | tee "$OUT/bench${TAG:+-$TAG}.log"
 fi

@@ -32,3 +32,36 @@ def rows_block(base, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr,
 def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
     """Pointers to tokens row0 + o_t, head i_head of a [tokens, NH] tensor (as row_tile)."""
     return base + (row0 * NH + i_head) + o_t * NH
+
+
+@triton.jit
+def rows_desc(base, tok0, i_head, T_seq, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    """TMA descriptor of one sequence's tokens (tok0, T_seq tokens), head i_head, of a [tokens, NH, D]
+    tensor, in [BT, BD] blocks: rows past T_seq and columns past D read as zeros and are not stored.
+    The hardware needs 16-byte multiples: D and NH x D elements, and the tensor's start."""
+    return tl.make_tensor_descriptor(base + (tok0 * NH + i_head) * D, shape=[T_seq, D], strides=[NH * D, 1],
+                                     block_shape=[BT, BD])
+
+
+@triton.jit
+def load_rows(src, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
+              BD: tl.constexpr, d0=0, TMA: tl.constexpr = False):
+    """Tokens t0 .. t0 + BT - 1, columns d0 .. d0 + BD - 1 of one sequence and head of a [tokens, NH, D]
+    tensor, zeros out of bounds: src is that tensor (a block-pointer load) or, with TMA, rows_desc of
+    this sequence and head (a TMA load, one instruction and no per-thread addresses)."""
+    if TMA:
+        b = src.load([t0, d0])
+    else:
+        b = tl.load(rows_block(src, tok0, i_head, T_seq, t0, NH, D, BT, BD, d0), boundary_check=(0, 1),
+                    padding_option="zero")
+    return b
+
+
+@triton.jit
+def store_rows(dst, value, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
+               BD: tl.constexpr, d0=0, TMA: tl.constexpr = False):
+    """load_rows' inverse: value [BT, BD] into dst's rows and columns that exist (dst as in load_rows)."""
+    if TMA:
+        dst.store([t0, d0], value)
+    else:
+        tl.store(rows_block(dst, tok0, i_head, T_seq, t0, NH, D, BT, BD, d0), value, boundary_check=(0, 1))

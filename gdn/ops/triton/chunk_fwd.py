@@ -13,7 +13,9 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   folds the maps of segments 0..p-1 onto the initial state. Nothing per chunk is written but o.
   ``_walk_chunk`` is one chunk of it. Where it takes one program an SM its pace is the latency of
   its chain of products, so by default (FUSED) each product of bf16 parts is one matrix product
-  (split_dot.dot_cat); and the WY pass may run beside it, the walk waiting for its counts (WAIT).
+  (split_dot.dot_cat), its tiles move by TMA (descriptors of its sequence and head: each product
+  waits for its own operands only); and the WY pass may run beside it, the walk waiting for its
+  counts (WAIT).
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
@@ -30,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import row_tile, row_vec, rows_block
+from .addressing import load_rows, row_tile, row_vec, rows_block, rows_desc, store_rows
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts
@@ -129,19 +131,19 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                 FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr,
                 ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr,
-                Q_REGS: tl.constexpr = False):
+                Q_REGS: tl.constexpr = False, TMA: tl.constexpr = False):
     """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
     outputs (or, with OUT_RING, its ring slots), and the state after it, returned. tensors, rings
-    and where: the kernel's pointers and this program's place, as tuples."""
+    and where: the kernel's pointers (with TMA, descriptors for q, k, v, the parts of P and T and o)
+    and this program's place, as tuples."""
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
     ring_s, ring_s2, ring_u, ring_u2 = rings
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
         q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not OUT_RING,
-        rq, rk, SPLIT > 0)
+        rq, rk, SPLIT > 0, TMA)
     if T_IN:     # the values in u's place: U is formed from them below
-        b_u = tl.load(rows_block(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
-                      padding_option="zero")
+        b_u = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     else:
         b_w, b_w2, b_w3 = _load_w(w, w2, w3, tok0, i_hv, T_seq, c * BT, HV, K, BT, BK, SPLIT, DOT_DTYPE)
         b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
@@ -167,7 +169,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
             # U = T diag(beta) Z with Z = v - (r_k e^G) . (k S): k exact, S and Z in parts.
             b_Z = dot_split(b_k, b_k, 1, b_s1, b_s2, None, FUSED) * (b_rk * tl.exp(b_G))[:, None]
             b_Z += b_u.to(tl.float32)
-            b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+            b_T, b_T2 = load_chunk_square(tb, tb2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE, TMA)
             b_z1, b_z2, _ = bf16_parts(b_Z, SPLIT, DOT_DTYPE)
             b_U = dot_split(b_T, b_T2, 2, b_z1, b_z2, None, FUSED)                                   # the real writes
         else:
@@ -187,7 +189,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
             tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
         elif ATTN_IN:
             # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
-            b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE)
+            b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE, TMA)
             b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
             b_o = stored_attention_outputs(b_qS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2, FUSED)
         else:
@@ -214,8 +216,8 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
         b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
     if not OUT_RING:
-        tl.store(rows_block(o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), b_o.to(o.dtype.element_ty),
-                 boundary_check=(0, 1))
+        o_dtype = o.dtype if TMA else o.dtype.element_ty           # a descriptor's dtype is its elements'
+        store_rows(o, b_o.to(o_dtype), tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     return b_S
 
 
@@ -242,6 +244,7 @@ def _chunk_fwd_kernel(
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
     LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
     WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1, Q_REGS: tl.constexpr = False,
+    ALL_LOADS: tl.constexpr = False, TMA: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -262,7 +265,12 @@ def _chunk_fwd_kernel(
     before it loads anything of it: AHEAD chunks before it needs the group (AHEAD >= the loop's
     pipeline stages, whose loads run AHEAD - 1 chunks ahead of the chunk being formed). Q_REGS (FUSED):
     q reaches its product through registers, not straight from its pipeline buffers (one buffer
-    fewer: three stages then fit beside a WY program)."""
+    fewer: three stages then fit beside a WY program). ALL_LOADS: the loop is pipelined in AHEAD stages
+    through tl.range, which takes every load of the loop, not only those that feed products (the
+    kernel's num_stages): r_q, which only scales the outputs, then comes ahead like the rest. TMA
+    (T_IN, outputs here): q, k, v, the parts of P and T, and o move by TMA through descriptors of this program's
+    sequence and head (addressing.rows_desc): no per-thread addresses, and each pipelined load gets
+    its own barrier, so a product waits for its operands only."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
     # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -310,7 +318,17 @@ def _chunk_fwd_kernel(
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
     tl.static_assert(not FUSED or (T_IN and not OUT_RING), "FUSED: the writes from T, the outputs here")
-    tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
+    tl.static_assert(not TMA or (T_IN and not OUT_RING), "TMA: the loads of the walk that forms U and o")
+    if TMA:           # made once: this program's sequence and head, tiles of the shapes it loads
+        d_q, d_k = rows_desc(q, tok0, i_h, T_seq, H, K, BT, BK), rows_desc(k, tok0, i_h, T_seq, H, K, BT, BK)
+        d_v, d_o = rows_desc(v, tok0, i_hv, T_seq, HV, V, BT, BV), rows_desc(o, tok0, i_hv, T_seq, HV, V, BT, BV)
+        d_P = rows_desc(attn, tok0, i_hv, T_seq, HV, BT, BT, BT)
+        d_P2 = rows_desc(attn2, tok0, i_hv, T_seq, HV, BT, BT, BT)
+        d_T = rows_desc(tb, tok0, i_hv, T_seq, HV, BT, BT, BT)
+        d_T2 = rows_desc(tb2, tok0, i_hv, T_seq, HV, BT, BT, BT)
+        tensors = (d_q, d_k, g, beta, w, w2, w3, u, rq, rk, Gc, d_P, d_P2, d_v, d_T, d_T2, d_o)
+    else:
+        tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
     rings = (ring_s, ring_s2, ring_u, ring_u2)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
     if WAIT:
@@ -321,13 +339,13 @@ def _chunk_fwd_kernel(
         # loop body against 1284, and each group's first loads issued after its wait.)
         for c_first in range(c0, tl.minimum(c0 + AHEAD, c1), GROUP):
             _wait_group(done, i_n, i_hv, c_first, NT, HV, GROUP)
-    for c in range(c0, c1):
+    for c in tl.range(c0, c1, num_stages=AHEAD if ALL_LOADS else None):
         if WAIT:
             if ((c + AHEAD) % GROUP == 0) & (c + AHEAD < c1):
                 _wait_group(done, i_n, i_hv, c + AHEAD, NT, HV, GROUP)
         b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
                           BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED,
-                          Q_REGS)
+                          Q_REGS, TMA)
 
     if STORE_FINAL:
         if i_p == P - 1:

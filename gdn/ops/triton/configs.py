@@ -2,12 +2,12 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v9 in benchmarks/NOTES.md, measured correct and fastest on an
+"default" is the launcher's defaults (v10 in benchmarks/NOTES.md, measured correct and fastest on an
 H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
-(at one program an SM, each product of parts as one matrix product), and on a GPU, where the walk
-leaves room, the WY pass running beside it (one launch each, the walk waiting on the WY pass's
-counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
+(at one program an SM, each product of parts as one matrix product, its tiles moved by TMA), and on
+a GPU, where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting
+on the WY pass's counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
 (v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take today's launch policy (pieces,
 order). The rest vary one knob of the default.
 """
@@ -50,6 +50,9 @@ CONFIGS = {
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
+    "walk loads": dict(walk_loads="all"),   # tl.range pipelines r_q too (v10 candidate: its load waited, ncu)
+    "no tma": dict(walk_tma=False),    # the fused walk's tiles by block pointers (v9)
+    "tma wide": dict(walk_tma=True),   # TMA in the wide walk too (64 columns, one stage)
     "walk st3": dict(walk_stages=3),   # B = 1: three stages (q via registers), prefetch a chunk earlier (v10 candidate)
     "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
@@ -65,3 +68,13 @@ CONFIGS = {
     "flags 64": dict(flag_group=64),
     "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)
 }
+
+
+def config(name: str) -> dict:
+    """The keywords of a named config; "a&b" merges configs a and b (b's keywords win)."""
+    merged = {}
+    for part in name.split("&"):
+        if part.strip() not in CONFIGS:
+            raise ValueError(f"unknown configuration {part.strip()!r}, expected one of {sorted(CONFIGS)}")
+        merged.update(CONFIGS[part.strip()])
+    return merged

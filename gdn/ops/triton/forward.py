@@ -40,6 +40,24 @@ RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring ho
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
+def _tma_ready(*tensors) -> bool:
+    """Whether the walk's tiles of these [tokens, heads, dim] tensors can move by TMA (sm_90 or later,
+    or the interpreter): starts and rows in 16-byte multiples. TMA descriptors made in a kernel need a
+    scratch allocator: a torch one is set unless the caller has set theirs."""
+    if not all(t.data_ptr() % 16 == 0 and t.shape[-1] * t.element_size() % 16 == 0 for t in tensors):
+        return False
+    if triton_interpreting():
+        return True
+    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
+        return False
+    allocation = getattr(triton.runtime, "_allocation", None)     # Triton's own module (3.6)
+    current = getattr(allocation, "_allocator", None)
+    if current is None or type(current.get()).__name__ == "NullAllocator":
+        # On the current device: triton_forward runs under its tensors' device (on_tensor_device).
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    return True
+
+
 @on_tensor_device
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
@@ -47,7 +65,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
-                   overlap="flags", flag_group=None, out=None):
+                   overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -79,7 +97,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched; 3 stages, not a default, take q through registers so that
-    a WY program still fits beside: benchmarks/NOTES.md v9). ``fused`` (default on; the walk with
+    a WY program still fits beside: slower, benchmarks/NOTES.md v9-v10). ``fused`` (default on; the walk with
     factors "t", at most 32 columns) runs each product of bf16 parts as one matrix product
     (gdn.ops.triton.split_dot.dot_cat): 5 waits for the matrix units a chunk instead of 12.
     ``pieces`` (dense batches in one segment; default
@@ -90,6 +108,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
     ``inverse`` defaults to "blocks_parts" on the split WY pass (v9), "product" otherwise.
+    ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
+    that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
+    tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
+    5-7% faster at B = 1), True wherever the walk forms the writes from T diag(beta), False nowhere.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -101,6 +123,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     registers a thread (default: no cap, except 168 on the split WY pass with attention="walk",
     three programs an SM instead of two).
     """
+    if walk_loads not in ("dots", "all"):
+        raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -270,6 +294,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32      # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
+    tma = (fused_walk if walk_tma is None else walk_tma and t_in and not ring) and _tma_ready(q, k, v, o)
 
     rings = (dummy,) * 4
     piece_chunks = triton.cdiv(NT, pieces)          # the most chunks a piece holds: its ring slots
@@ -294,7 +319,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             SPLIT=state_split,
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
-            FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3,
+            FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):

@@ -20,9 +20,9 @@ import triton
 import triton.language as tl
 
 from ..common import L2NORM_EPS
-from .addressing import row_offsets, row_tile, row_vec, rows_block
+from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
-from .split_dot import dot_tf32x3, load_parts, split_dot, store_parts
+from .split_dot import dot_tf32x3, split_dot, store_parts
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -45,12 +45,13 @@ def l2norm_rows(b_x):
 def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                 USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, WITH_Q: tl.constexpr = True,
-                rq=None, rk=None, NORMS_IN: tl.constexpr = False):
+                rq=None, rk=None, NORMS_IN: tl.constexpr = False, TMA: tl.constexpr = False):
     """One chunk's q, k [BT, BK] in DOT_DTYPE, as stored; their l2-norm factors r_q, r_k [BT] (ones
     without l2norm); g, beta [BT] fp32; the chunk's first token row0 (int64), o_t = 0..BT-1 and the
     mask of rows before T_seq. Rows past T_seq are zero (g = beta = 0: the identity map).
     With WITH_Q=False, q is not read (zeros). With NORMS_IN, the norm factors are read from rq, rk
-    [tokens, HV] (stored by wy_kernel) instead of being summed from fp32 copies of the tiles.
+    [tokens, HV] (stored by wy_kernel) instead of being summed from fp32 copies of the tiles. With TMA,
+    q and k are descriptors of this sequence and head (addressing.rows_desc).
 
     The normalisation is never applied to the tiles: it is a per-row scaling that every product below
     applies to its fp32 result, so normalised keys are not rounded back to bf16."""
@@ -58,10 +59,10 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
     if WITH_Q:
-        b_q = tl.load(rows_block(q, tok0, i_h, T_seq, t0, H, K, BT, BK), boundary_check=(0, 1), padding_option="zero")
+        b_q = load_rows(q, tok0, i_h, T_seq, t0, H, K, BT, BK, 0, TMA)
     else:
         b_q = tl.zeros([BT, BK], dtype=q.dtype.element_ty)
-    b_k = tl.load(rows_block(k, tok0, i_h, T_seq, t0, H, K, BT, BK), boundary_check=(0, 1), padding_option="zero")
+    b_k = load_rows(k, tok0, i_h, T_seq, t0, H, K, BT, BK, 0, TMA)
     if USE_L2NORM and NORMS_IN:
         b_rq = tl.load(row_vec(rq, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
         b_rk = tl.load(row_vec(rk, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
@@ -198,13 +199,13 @@ def store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_h
 
 
 @triton.jit
-def load_chunk_square(p, p2, tok0, i_hv, T_seq, t0, HV: tl.constexpr, BT: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def load_chunk_square(p, p2, tok0, i_hv, T_seq, t0, HV: tl.constexpr, BT: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                      TMA: tl.constexpr = False):
     """A chunk's [BT, BT] tile that this pass stored as two bf16 parts at p, p2 [tokens, HV, BT]
     (the output attention of store_attention, or T diag(beta)): the two parts in DOT_DTYPE, rows past
-    the sequence's end zero."""
-    b_1, b_2, _ = load_parts(rows_block(p, tok0, i_hv, T_seq, t0, HV, BT, BT, BT),
-                             rows_block(p2, tok0, i_hv, T_seq, t0, HV, BT, BT, BT),
-                             rows_block(p2, tok0, i_hv, T_seq, t0, HV, BT, BT, BT), 2, DOT_DTYPE)
+    the sequence's end zero. With TMA, p and p2 are descriptors of this sequence and head."""
+    b_1 = load_rows(p, tok0, i_hv, T_seq, t0, HV, BT, BT, BT, 0, TMA).to(DOT_DTYPE)
+    b_2 = load_rows(p2, tok0, i_hv, T_seq, t0, HV, BT, BT, BT, 0, TMA).to(DOT_DTYPE)
     return b_1, b_2
 
 

@@ -63,14 +63,17 @@ def test_triton_inverse_variants(inverse):
     assert_close(S, S_ref, rtol=1e-5, name="S")
 
 
-@pytest.mark.parametrize("segments", [1, 3])
-def test_triton_bf16(segments):
+@pytest.mark.parametrize("segments, walk_tma", [(1, None), (3, None), (1, False)])
+def test_triton_bf16(segments, walk_tma):
+    """The defaults in one segment (the fused walk's tiles by TMA: a last chunk that runs past the end
+    reads zeros; the varlen test has stores next to another sequence) and in three; walk_tma=False:
+    the fused walk through block pointers (v9)."""
     from gdn.ops.triton import triton_forward
-    q, k, v, g, beta, S0 = random_inputs(1, 160, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
+    q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=9, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=32, num_segments=segments)
+                          use_qk_l2norm=True, chunk_size=32, num_segments=segments, walk_tma=walk_tma)
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-2, name="S")
@@ -95,6 +98,7 @@ BF16_VARIANTS = [
     dict(fast_dots=True),
     dict(state_split=0),                              # an fp32 walk: w and u then default to fp32-exact
     dict(fused=False),                                # each product of parts on its own (v6's walk)
+    dict(walk_loads="all"),                           # every load of the walk's loop pipelined
 ]
 
 
@@ -338,14 +342,16 @@ def test_triton_bf16_correlated_keys(factors, inverse):
     assert_close(S, S_ref, rtol=1e-3, name="S")
 
 
-@pytest.mark.parametrize("factors, longest_first", [("t", False), ("wu", False), ("t", True)])
+@pytest.mark.parametrize("factors, longest_first, walk_tma",
+                         [("t", False, False), ("wu", False, False), ("t", True, False), ("t", True, True)])
 @pytest.mark.parametrize("attention", ["walk", "stored"])
-def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_first):
+def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_first, walk_tma):
     """Packed sequences on the split path: a chunk that runs past its sequence reads zeros, not the
     next sequence (block pointers bounded by the sequence length). longest_first: the walk takes the
     sequences in another order (lengths 0, 17, 47, 0, 86, 0 -> 86, 47, 17, 0, 0, 0); each still gets its
     own state. The last sequence is empty too: the WY pass's slots past the last chunk must not land
-    on it."""
+    on it. walk_tma: the fused walk (32 columns) by TMA, whose descriptors are bounded by each
+    sequence's length likewise."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150, 150], dtype=torch.int32, device=DEVICE)
     q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          N=6, seed=5, device=DEVICE)
@@ -353,10 +359,25 @@ def test_triton_bf16_varlen_with_empty_sequences(attention, factors, longest_fir
     from gdn.ops.triton import triton_forward
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           cu_seqlens=cu, use_qk_l2norm=True, chunk_size=32,
-                          **dict(SPLIT, attention=attention, factors=factors, longest_first=longest_first))
+                          **dict(SPLIT, attention=attention, factors=factors, longest_first=longest_first,
+                                 **(dict(walk_tma=True, block_v=32) if walk_tma else {})))
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3]) and torch.equal(S[5], S0[5])
+
+
+def test_triton_tma_needs_16_byte_starts_and_rows():
+    """The walk's tiles move by TMA only where the hardware can (addresses in 16-byte multiples);
+    elsewhere the same walk runs through block pointers, here into an output that starts 2 bytes in."""
+    from gdn.ops.triton import triton_forward
+    from gdn.ops.triton.forward import _tma_ready
+    q, k, v, g, beta, _ = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=3, device=DEVICE)
+    shifted = torch.empty(v.numel() + 1, dtype=v.dtype, device=DEVICE)[1:].view(v.shape)
+    assert _tma_ready(q, k, v) and not _tma_ready(q, k, v, shifted)
+    assert not _tma_ready(torch.zeros(4, 1, 4, dtype=torch.bfloat16, device=DEVICE))     # 8-byte rows
+    o, _ = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, use_qk_l2norm=True, chunk_size=32, out=shifted)
+    assert o.data_ptr() == shifted.data_ptr()
+    assert_close(o, reference_gdn(q, k, v, g, beta, use_qk_l2norm=True)[0], rtol=1e-2, name="o")
 
 
 def test_triton_without_initial_or_final_state():
@@ -380,6 +401,8 @@ def test_triton_rejects_unsupported_chunk_size():
     from gdn.ops.triton import triton_forward
     with pytest.raises(ValueError, match="attention must be"):
         triton_forward(q, k, v, g, beta, scale=0.25, attention="fast")
+    with pytest.raises(ValueError, match="walk_loads must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, walk_loads="some")
     for C in (8, 128):
         with pytest.raises(ValueError, match="chunk_size 16, 32 or 64"):
             gdn.gated_delta_rule(q, k, v, g, beta, backend="triton", chunk_size=C)

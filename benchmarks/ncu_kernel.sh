@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the GPU machine: ncu --set full of one kernel of the second call of gpu_check.py's once section
+# (the first compiles), its details page and its warp stalls by SASS line (ncu_stalls.py) into $OUT.
+# Usage: bash benchmarks/ncu_kernel.sh TAG CONFIG BxT [KERNEL_REGEX, default _chunk_fwd_kernel]
+#   CONFIG is a name of gdn/ops/triton/configs.py ("a&b" merges). Use one with pieces=1: under ncu the
+#   kernels run one at a time, so a walk that waits on the WY pass beside it would wait forever.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
+OUT="${OUT:-/tmp/gdn_out}"
+mkdir -p "$OUT"
+tag="$1" config="$2" shape="$3" kernel="${4:-_chunk_fwd_kernel}"
+rep="/tmp/ncu-$tag"
+GDN_CONFIGS="$config" GDN_ONCE="$shape" timeout "${SECTION_TIMEOUT:-400}" \
+    ncu --set full --import-source yes -k "regex:$kernel" --launch-skip 1 --launch-count 1 -f -o "$rep" \
+    python3 benchmarks/gpu_check.py once 2>&1 | tail -5
+ncu -i "$rep.ncu-rep" --page details > "$OUT/ncu-$tag-details.txt"
+ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$tag-source.csv"
+python3 benchmarks/ncu_stalls.py "$OUT/ncu-$tag-source.csv" 25 | tee "$OUT/ncu-$tag-stalls.txt"
+grep -E "Duration|Registers Per|Shared Memory Config|Executed Ipc A|Local Memory Spilling Req" \
+    "$OUT/ncu-$tag-details.txt" | head -8
