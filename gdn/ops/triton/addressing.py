@@ -38,9 +38,10 @@ def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
 def rows_desc(base, tok0, i_head, T_seq, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
     """TMA descriptor of one sequence's tokens (tok0, T_seq tokens), head i_head, of a [tokens, NH, D]
     tensor, in [BT, BD] blocks: rows past T_seq and columns past D read as zeros and are not stored.
-    The hardware needs 16-byte multiples: D and NH x D elements, and the tensor's start."""
-    return tl.make_tensor_descriptor(base + (tok0 * NH + i_head) * D, shape=[T_seq, D], strides=[NH * D, 1],
-                                     block_shape=[BT, BD])
+    The hardware needs 16-byte multiples: D and NH x D elements, and the tensor's start. An empty
+    sequence (whose walk loads nothing) gets one row: a tensor map's dimensions must not be zero."""
+    return tl.make_tensor_descriptor(base + (tok0 * NH + i_head) * D, shape=[tl.maximum(T_seq, 1), D],
+                                     strides=[NH * D, 1], block_shape=[BT, BD])
 
 
 @triton.jit
