@@ -380,6 +380,30 @@ def test_triton_tma_needs_16_byte_starts_and_rows():
     assert_close(o, reference_gdn(q, k, v, g, beta, use_qk_l2norm=True)[0], rtol=1e-2, name="o")
 
 
+def test_triton_tma_tiles_past_the_head_dims(monkeypatch):
+    """K = 48 and V = 40 (tiles of 64 and 32 columns, the second value block partial) on the TMA walk:
+    the columns past the head read as zeros and are not stored."""
+    import gdn.ops.triton.forward as forward
+    tma = []
+    real = forward._chunk_fwd_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                tma.append(kw["TMA"])
+                return real[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(forward, "_chunk_fwd_kernel", Spy())
+    q, k, v, g, beta, S0 = random_inputs(1, 75, 1, 2, 48, 40, dtype=torch.bfloat16, initial_state=True, seed=2,
+                                         device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = forward.triton_forward(q, k, v, g, beta, scale=48 ** -0.5, initial_state=S0, output_final_state=True,
+                                  use_qk_l2norm=True, chunk_size=32)
+    assert tma == [True]
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
+
+
 def test_triton_without_initial_or_final_state():
     q, k, v, g, beta, _ = random_inputs(1, 40, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
     o_ref, _ = reference_gdn(q, k, v, g, beta)
