@@ -131,7 +131,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                 FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr,
                 ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr,
-                Q_REGS: tl.constexpr = False, TMA: tl.constexpr = False):
+                Q_REGS: tl.constexpr = False, TMA: tl.constexpr = False, Q_LATE: tl.constexpr = False):
     """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
     outputs (or, with OUT_RING, its ring slots), and the state after it, returned. tensors, rings
     and where: the kernel's pointers (with TMA, descriptors for q, k, v, the parts of P and T and o)
@@ -140,8 +140,8 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
     ring_s, ring_s2, ring_u, ring_u2 = rings
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-        q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE, not OUT_RING,
-        rq, rk, SPLIT > 0, TMA)
+        q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
+        not OUT_RING and not Q_LATE, rq, rk, SPLIT > 0, TMA)
     if T_IN:     # the values in u's place: U is formed from them below
         b_u = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     else:
@@ -180,6 +180,8 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
                 # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
                 # extra one), 16 KB, which three stages need to leave room for a WY program beside.
                 b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
+            if Q_LATE:        # q loaded where it is used: its own barrier, not k's (TMA)
+                b_q = load_rows(q, tok0, i_h, T_seq, c * BT, H, K, BT, BK, 0, TMA).to(b_k.dtype)
             b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
         if OUT_RING:
             b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
@@ -244,7 +246,7 @@ def _chunk_fwd_kernel(
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
     LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
     WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1, Q_REGS: tl.constexpr = False,
-    ALL_LOADS: tl.constexpr = False, TMA: tl.constexpr = False,
+    ALL_LOADS: tl.constexpr = False, TMA: tl.constexpr = False, Q_LATE: tl.constexpr = False,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -270,7 +272,9 @@ def _chunk_fwd_kernel(
     kernel's num_stages): r_q, which only scales the outputs, then comes ahead like the rest. TMA
     (T_IN, outputs here): q, k, v, the parts of P and T, and o move by TMA through descriptors of this program's
     sequence and head (addressing.rows_desc): no per-thread addresses, and each pipelined load gets
-    its own barrier, so a product waits for its operands only."""
+    its own barrier, so a product waits for its operands only. Q_LATE: q is loaded right before its
+    product, after k S (in the TTGIR of the TMA walk it then gets a barrier of its own: the chunk's
+    first wait is for k alone)."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
     # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -345,7 +349,7 @@ def _chunk_fwd_kernel(
                 _wait_group(done, i_n, i_hv, c + AHEAD, NT, HV, GROUP)
         b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
                           BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED,
-                          Q_REGS, TMA)
+                          Q_REGS, TMA, Q_LATE)
 
     if STORE_FINAL:
         if i_p == P - 1:

@@ -53,6 +53,7 @@ CONFIGS = {
     "walk loads": dict(walk_loads="all"),   # tl.range pipelines r_q too (v10 candidate: its load waited, ncu)
     "no tma": dict(walk_tma=False),    # the fused walk's tiles by block pointers (v9)
     "tma wide": dict(walk_tma=True),   # TMA in the wide walk too (64 columns, one stage)
+    "q late": dict(q_late=True),       # q loaded right before its product: its own TMA barrier (not yet timed)
     "walk st3": dict(walk_stages=3),   # B = 1: three stages (q via registers), prefetch a chunk earlier (v10 candidate)
     "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),

@@ -65,7 +65,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
-                   overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, out=None):
+                   overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -112,6 +112,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
     5-7% faster at B = 1), True wherever the walk forms the writes from T diag(beta), False nowhere.
+    ``q_late`` loads q in the walk right before its product (not yet measured on a GPU).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -320,6 +321,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
+            Q_LATE=q_late,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):

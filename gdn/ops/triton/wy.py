@@ -61,7 +61,7 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     if WITH_Q:
         b_q = load_rows(q, tok0, i_h, T_seq, t0, H, K, BT, BK, 0, TMA)
     else:
-        b_q = tl.zeros([BT, BK], dtype=q.dtype.element_ty)
+        b_q = tl.zeros([BT, BK], dtype=DOT_DTYPE)
     b_k = load_rows(k, tok0, i_h, T_seq, t0, H, K, BT, BK, 0, TMA)
     if USE_L2NORM and NORMS_IN:
         b_rq = tl.load(row_vec(rq, row0, i_hv, HV, o_t), mask=m_t, other=0.0)

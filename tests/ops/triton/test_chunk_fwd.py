@@ -63,17 +63,19 @@ def test_triton_inverse_variants(inverse):
     assert_close(S, S_ref, rtol=1e-5, name="S")
 
 
-@pytest.mark.parametrize("segments, walk_tma", [(1, None), (3, None), (1, False)])
-def test_triton_bf16(segments, walk_tma):
+@pytest.mark.parametrize("segments, walk_tma, q_late", [(1, None, False), (3, None, False), (1, False, False),
+                                                       (1, None, True)])
+def test_triton_bf16(segments, walk_tma, q_late):
     """The defaults in one segment (the fused walk's tiles by TMA: a last chunk that runs past the end
     reads zeros; the varlen test has stores next to another sequence) and in three; walk_tma=False:
-    the fused walk through block pointers (v9)."""
+    the fused walk through block pointers (v9); q_late: q loaded right before its product."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=9, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=32, num_segments=segments, walk_tma=walk_tma)
+                          use_qk_l2norm=True, chunk_size=32, num_segments=segments, walk_tma=walk_tma,
+                          q_late=q_late)
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-2, name="S")
