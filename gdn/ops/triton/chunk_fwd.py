@@ -175,13 +175,13 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         else:
             b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
         if not OUT_RING:
+            if Q_LATE:        # q loaded where it is used: its own barrier, not k's (TMA)
+                b_q = load_rows(q, tok0, i_h, T_seq, c * BT, H, K, BT, BK, 0, TMA).to(b_k.dtype)
             if Q_REGS:
                 # q through registers (the mask changes nothing: rows past the end are zeros already):
                 # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
                 # extra one), 16 KB, which three stages need to leave room for a WY program beside.
                 b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
-            if Q_LATE:        # q loaded where it is used: its own barrier, not k's (TMA)
-                b_q = load_rows(q, tok0, i_h, T_seq, c * BT, H, K, BT, BK, 0, TMA).to(b_k.dtype)
             b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
         if OUT_RING:
             b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
@@ -270,9 +270,9 @@ def _chunk_fwd_kernel(
     fewer: three stages then fit beside a WY program). ALL_LOADS: the loop is pipelined in AHEAD stages
     through tl.range, which takes every load of the loop, not only those that feed products (the
     kernel's num_stages): r_q, which only scales the outputs, then comes ahead like the rest. TMA
-    (T_IN, outputs here): q, k, v, the parts of P and T, and o move by TMA through descriptors of this program's
-    sequence and head (addressing.rows_desc): no per-thread addresses, and each pipelined load gets
-    its own barrier, so a product waits for its operands only. Q_LATE: q is loaded right before its
+    (T_IN, outputs here): q, k, v, the parts of P and T, and o move by TMA through descriptors of
+    this program's sequence and head (addressing.rows_desc): no per-thread addresses, and each
+    pipelined load gets its own barrier, so a product waits for its operands only. Q_LATE: q is loaded right before its
     product, after k S (in the TTGIR of the TMA walk it then gets a barrier of its own: the chunk's
     first wait is for k alone)."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second

@@ -7,9 +7,9 @@ H200): the bf16-split paths (every product on bf16 matrix units, the computed fp
 bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
 (at one program an SM, each product of parts as one matrix product, its tiles moved by TMA), and on
 a GPU, where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting
-on the WY pass's counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the earlier defaults' kernels
-(v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take today's launch policy (pieces,
-order). The rest vary one knob of the default.
+on the WY pass's counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the
+earlier defaults' kernels (v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take
+today's launch policy (pieces, order). The rest vary one knob of the default.
 """
 import torch
 
@@ -50,11 +50,11 @@ CONFIGS = {
     "bv32 st2": dict(block_v=32, walk_stages=2),
     "bv32 st1": dict(block_v=32, walk_stages=1, attention="walk"),   # with stored attention it crashes (NOTES v5)
     "bv64 st1": dict(block_v=64, walk_stages=1),
-    "walk loads": dict(walk_loads="all"),   # tl.range pipelines r_q too (v10 candidate: its load waited, ncu)
+    "walk loads": dict(walk_loads="all"),   # tl.range pipelines r_q too: 2% slower at B = 1 (v10)
     "no tma": dict(walk_tma=False),    # the fused walk's tiles by block pointers (v9)
     "tma wide": dict(walk_tma=True),   # TMA in the wide walk too (64 columns, one stage)
     "q late": dict(q_late=True),       # q loaded right before its product: its own TMA barrier (not yet timed)
-    "walk st3": dict(walk_stages=3),   # B = 1: three stages (q via registers), prefetch a chunk earlier (v10 candidate)
+    "walk st3": dict(walk_stages=3),   # B = 1: three stages (q via registers): spills, 13% slower (v10)
     "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
