@@ -61,8 +61,10 @@ def load_rows(src, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, B
 @triton.jit
 def store_rows(dst, value, tok0, i_head, T_seq, t0, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
                BD: tl.constexpr, d0=0, TMA: tl.constexpr = False):
-    """load_rows' inverse: value [BT, BD] into dst's rows and columns that exist (dst as in load_rows)."""
+    """load_rows' inverse: value [BT, BD], cast to dst's dtype, into dst's rows and columns that exist
+    (dst as in load_rows)."""
     if TMA:
-        dst.store([t0, d0], value)
+        dst.store([t0, d0], value.to(dst.dtype))      # a descriptor's dtype is its elements'
     else:
-        tl.store(rows_block(dst, tok0, i_head, T_seq, t0, NH, D, BT, BD, d0), value, boundary_check=(0, 1))
+        tl.store(rows_block(dst, tok0, i_head, T_seq, t0, NH, D, BT, BD, d0), value.to(dst.dtype.element_ty),
+                 boundary_check=(0, 1))

@@ -218,8 +218,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
         b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
     if not OUT_RING:
-        o_dtype = o.dtype if TMA else o.dtype.element_ty           # a descriptor's dtype is its elements'
-        store_rows(o, b_o.to(o_dtype), tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
+        store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     return b_S
 
 

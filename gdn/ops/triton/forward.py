@@ -42,20 +42,20 @@ _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.floa
 
 def _tma_ready(*tensors) -> bool:
     """Whether the walk's tiles of these [tokens, heads, dim] tensors can move by TMA (sm_90 or later,
-    or the interpreter): starts and rows in 16-byte multiples. TMA descriptors made in a kernel need a
-    scratch allocator: a torch one is set unless the caller has set theirs."""
+    or the interpreter): starts and rows in 16-byte multiples."""
     if not all(t.data_ptr() % 16 == 0 and t.shape[-1] * t.element_size() % 16 == 0 for t in tensors):
         return False
-    if triton_interpreting():
-        return True
-    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:
-        return False
+    return triton_interpreting() or torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+
+
+def _ensure_allocator() -> None:
+    """TMA descriptors made in a kernel live in a scratch buffer that Triton asks an allocator for at
+    launch: a torch one, unless the caller has set theirs."""
     allocation = getattr(triton.runtime, "_allocation", None)     # Triton's own module (3.6)
     current = getattr(allocation, "_allocator", None)
     if current is None or type(current.get()).__name__ == "NullAllocator":
         # On the current device: triton_forward runs under its tensors' device (on_tensor_device).
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    return True
 
 
 @on_tensor_device
@@ -296,6 +296,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     fused_walk = fused and t_in and not ring and BV <= 32      # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
     tma = (fused_walk if walk_tma is None else walk_tma and t_in and not ring) and _tma_ready(q, k, v, o)
+    if tma and q.is_cuda and not triton_interpreting():
+        _ensure_allocator()
 
     rings = (dummy,) * 4
     piece_chunks = triton.cdiv(NT, pieces)          # the most chunks a piece holds: its ring slots

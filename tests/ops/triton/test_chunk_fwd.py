@@ -158,6 +158,22 @@ def test_triton_bf16_pieces(attention, factors):
         triton_forward(q, k, v, g, beta, scale=0.25, pieces=2, num_segments=2)
 
 
+def _spy_launches(monkeypatch, name, record, run=True):
+    """Replace kernel ``name`` of gdn.ops.triton.forward for this test: each launch calls
+    record(grid, args, kw) after the kernel ran (run=False: instead of running it)."""
+    import gdn.ops.triton.forward as forward
+    real = getattr(forward, name)
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                if run:
+                    real[grid](*args, **kw)
+                record(grid, args, kw)
+            return launch
+    monkeypatch.setattr(forward, name, Spy())
+
+
 def _assert_same_and_close(got, same_as, inputs, h0, l2norm):
     """o and S bit for bit as another launch of the same products, and within the bf16 tolerances of
     the float64 reference."""
@@ -169,7 +185,7 @@ def _assert_same_and_close(got, same_as, inputs, h0, l2norm):
 
 
 @pytest.mark.parametrize("group, stages", [(1, 2), (4, 2), (16, 2), (1, 3)])
-def test_triton_bf16_overlap_flags(group, stages):
+def test_triton_bf16_overlap_flags(group, stages, monkeypatch):
     """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
@@ -186,20 +202,15 @@ def test_triton_bf16_overlap_flags(group, stages):
                                          seed=51 + group, device=DEVICE)
     counts = []                     # the done counts each flags call leaves: every chunk counted once
     groups = []                     # the group size each flags launch took
-    real = forward.wy_kernel
+    i_done = list(inspect.signature(forward.wy_kernel.fn).parameters).index("done")
 
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                real[grid](*args, **kw)
-                if kw.get("SIGNAL"):
-                    done = args[list(inspect.signature(real.fn).parameters).index("done")]
-                    counts.append(done.flatten().tolist())          # after the WY pass ran
-                    groups.append(kw["GROUP"])
-            return launch
+    def record(grid, args, kw):
+        if kw.get("SIGNAL"):
+            counts.append(args[i_done].flatten().tolist())          # after the WY pass ran
+            groups.append(kw["GROUP"])
+    _spy_launches(monkeypatch, "wy_kernel", record)
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
-        forward.wy_kernel = Spy()
         for h0 in (S0, None):
             kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
                       chunk_size=32, pieces=3, walk_stages=stages)
@@ -210,7 +221,6 @@ def test_triton_bf16_overlap_flags(group, stages):
         o_default, _ = forward.triton_forward(q, k, v, g, beta, **kw)      # flag_group left to the schedule
         assert torch.equal(o_default, o_pieces)
     finally:
-        forward.wy_kernel = real
         faulthandler.cancel_dump_traceback_later()
     per_group = [min(group, 9 - c) for c in range(0, 9, group)]          # 9 chunks in groups
     assert counts[:2] == [[n for n in per_group for _ in range(2)]] * 2     # [group, head], 2 heads
@@ -221,28 +231,21 @@ def test_triton_bf16_overlap_flags(group, stages):
         forward.triton_forward(q, k, v, g, beta, scale=0.25, flag_group=0)
 
 
-def test_triton_grids_stay_within_cuda_limits():
+def test_triton_grids_stay_within_cuda_limits(monkeypatch):
     """CUDA caps a launch's second and third grid axes at 65535: 70000 packed sequences, and a
     sequence of 65537 chunks whose WY pass runs beside the walk (flags), stay on the first axis.
     The kernels are recorded, not run (meta tensors, no memory)."""
     import gdn.ops.triton.forward as forward
     grids = []
-
-    class Recorder:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: grids.append(grid)
+    for name in ("wy_kernel", "_chunk_fwd_kernel"):
+        _spy_launches(monkeypatch, name, lambda grid, args, kw: grids.append(grid), run=False)
 
     def record(N, T, **kw):
         q = torch.empty(1, T, 1, 16, dtype=torch.bfloat16, device="meta")
         g = torch.empty(1, T, 1, device="meta")
         forward.triton_forward(q, q, q, g, g, scale=0.25, chunk_size=16, **kw)
-    saved = forward.wy_kernel, forward._chunk_fwd_kernel
-    try:
-        forward.wy_kernel = forward._chunk_fwd_kernel = Recorder()
-        record(70000, 70000, cu_seqlens=torch.arange(70001, dtype=torch.int32, device="meta"))
-        record(1, 16 * 65537, pieces=16)
-    finally:
-        forward.wy_kernel, forward._chunk_fwd_kernel = saved
+    record(70000, 70000, cu_seqlens=torch.arange(70001, dtype=torch.int32, device="meta"))
+    record(1, 16 * 65537, pieces=16)
     assert (70000, 1) in grids and (65537,) in grids          # the walk's and the flags WY's
     assert all(d <= 65535 for grid in grids for d in grid[1:])
 
@@ -277,9 +280,7 @@ def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
     kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32)
     o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, fused=False, **kw)
     launches = []
-    real = forward._chunk_out_kernel
-    monkeypatch.setattr(forward, "_chunk_out_kernel", type("Spy", (), {
-        "__getitem__": lambda self, grid: (launches.append(grid), real[grid])[1]})())
+    _spy_launches(monkeypatch, "_chunk_out_kernel", lambda grid, args, kw: launches.append(grid))
     o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", ring_chunks=2, **kw)
     assert [grid[1] for grid in launches] == [1, 2, 2, 2, 2]          # chunks a piece: 9 * i // 5
     assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
@@ -387,15 +388,7 @@ def test_triton_tma_tiles_past_the_head_dims(monkeypatch):
     the columns past the head read as zeros and are not stored."""
     import gdn.ops.triton.forward as forward
     tma = []
-    real = forward._chunk_fwd_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                tma.append(kw["TMA"])
-                return real[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(forward, "_chunk_fwd_kernel", Spy())
+    _spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: tma.append(kw["TMA"]))
     q, k, v, g, beta, S0 = random_inputs(1, 75, 1, 2, 48, 40, dtype=torch.bfloat16, initial_state=True, seed=2,
                                          device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
