@@ -15,7 +15,8 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   its chain of products, so by default (FUSED) each product of bf16 parts is one matrix product
   (split_dot.dot_cat), its tiles move by TMA (descriptors of its sequence and head: each product
   waits for its own operands only); and the WY pass may run beside it, the walk waiting for its
-  counts (WAIT).
+  counts (WAIT). F16 (the default with l2norm): each chunk is gdn.ops.triton.walk_f16's instead,
+  one fp16 operand a product, the state carried at a power-of-two scale.
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
@@ -36,6 +37,7 @@ from .addressing import load_rows, row_tile, row_vec, rows_block, rows_desc, sto
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts
+from .walk_f16 import pow2_below_inverse, walk_chunk_f16
 from .wy import load_chunk, load_chunk_square
 
 
@@ -223,12 +225,13 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
 
 
 @triton.jit
-def _wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr):
+def _wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr = 1):
     """Spin until the WY pass has counted every chunk of the group holding chunk c done
-    (done [N, groups, HV]; the last group may hold fewer than GROUP)."""
+    (done [N, groups, HV]; the last group may hold fewer than GROUP), for HEADS value heads counted
+    at i_hv."""
     g0 = c - c % GROUP
     p_done = done + (i_n * tl.cdiv(NT, GROUP) + g0 // GROUP) * HV + i_hv
-    n_need = tl.minimum(GROUP, NT - g0)
+    n_need = tl.minimum(GROUP, NT - g0) * HEADS
     n_done = tl.atomic_add(p_done, 0, sem="acquire")
     while n_done < n_need:
         n_done = tl.atomic_add(p_done, 0, sem="acquire")
@@ -246,6 +249,7 @@ def _chunk_fwd_kernel(
     LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
     WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1, Q_REGS: tl.constexpr = False,
     ALL_LOADS: tl.constexpr = False, TMA: tl.constexpr = False, Q_LATE: tl.constexpr = False,
+    F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
 ):
     """The state walk (see the module docstring). SPLIT > 0 (bf16 inputs): every product on bf16
     matrix units with the computed operand in SPLIT bf16 parts (wy.split_dot): q and k stay as stored,
@@ -321,6 +325,13 @@ def _chunk_fwd_kernel(
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
     tl.static_assert(not FUSED or (T_IN and not OUT_RING), "FUSED: the writes from T, the outputs here")
+    tl.static_assert(not F16 or (T_IN and not OUT_RING and not HAS_MAPS and USE_L2NORM),
+                     "F16: the writes from T, the outputs here, one segment, l2-normalised q and k")
+    b_sig = tl.full([], 1.0, tl.float32)
+    if F16 and HAS_H0:
+        # sigma: the initial state's largest entry at <= 1 (walk_f16; 1 for small states).
+        b_sig = tl.minimum(pow2_below_inverse(tl.max(tl.max(tl.abs(b_S), axis=1), axis=0)), 1.0)
+        b_S = b_S * b_sig
     tl.static_assert(not TMA or (T_IN and not OUT_RING), "TMA: the loads of the walk that forms U and o")
     if TMA:           # made once: this program's sequence and head, tiles of the shapes it loads
         d_q, d_k = rows_desc(q, tok0, i_h, T_seq, H, K, BT, BK), rows_desc(k, tok0, i_h, T_seq, H, K, BT, BK)
@@ -334,6 +345,9 @@ def _chunk_fwd_kernel(
         tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
     rings = (ring_s, ring_s2, ring_u, ring_u2)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
+    # F16: the WY pass counts each group of value heads (which share q and k, stored by the first).
+    COUNTED: tl.constexpr = HV // H if F16 else 1
+    i_count = i_hv // COUNTED * COUNTED
     if WAIT:
         # One pipelined loop (v9): the loads of chunk c + 1 are issued while chunk c is formed (AHEAD,
         # the pipeline's stages, bounds how far ahead), so chunk c waits for the group of chunk
@@ -341,15 +355,21 @@ def _chunk_fwd_kernel(
         # ran the group in a loop of its own, pipelined on its own: 44 B of spills, a 1533-instruction
         # loop body against 1284, and each group's first loads issued after its wait.)
         for c_first in range(c0, tl.minimum(c0 + AHEAD, c1), GROUP):
-            _wait_group(done, i_n, i_hv, c_first, NT, HV, GROUP)
+            _wait_group(done, i_n, i_count, c_first, NT, HV, GROUP, COUNTED)
     for c in tl.range(c0, c1, num_stages=AHEAD if ALL_LOADS else None):
         if WAIT:
             if ((c + AHEAD) % GROUP == 0) & (c + AHEAD < c1):
-                _wait_group(done, i_n, i_hv, c + AHEAD, NT, HV, GROUP)
-        b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
-                          BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING, FUSED,
-                          Q_REGS, TMA, Q_LATE)
+                _wait_group(done, i_n, i_count, c + AHEAD, NT, HV, GROUP, COUNTED)
+        if F16:
+            b_S, b_sig = walk_chunk_f16(c, b_S, b_sig, tensors, where, scale, H, HV, K, V, BT, BK, BV, DOT_DTYPE,
+                                        F16_DOT, TMA)
+        else:
+            b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
+                              BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING,
+                              FUSED, Q_REGS, TMA, Q_LATE)
 
     if STORE_FINAL:
         if i_p == P - 1:
+            if F16:
+                b_S = b_S * (1.0 / b_sig)             # a power of two: exact
             tl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S, mask=m_kv)

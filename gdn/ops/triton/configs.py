@@ -2,18 +2,21 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v10 in benchmarks/NOTES.md, measured correct and fastest on an
-H200): the bf16-split paths (every product on bf16 matrix units, the computed fp32 operands cut into
-bf16 parts), the output attention and T diag(beta) formed by the WY pass, the writes U by the walk
-(at one program an SM, each product of parts as one matrix product, its tiles moved by TMA), and on
-a GPU, where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting
-on the WY pass's counts), varlen sequences walked longest first. "v4", "v3" and "v2" are the
+"default" is the launcher's defaults (v11 in benchmarks/NOTES.md, measured correct and fastest on an
+H200): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
+products take one fp16 operand each, the state and values scaled by powers of two (walk_f16; with
+l2norm, else the bf16-split walk of v10: every computed fp32 operand cut into two bf16 parts, each
+product of parts as one matrix product), its tiles moved by TMA at one program an SM, and on a GPU,
+where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting on the
+WY pass's counts), varlen sequences walked longest first. "bf16 parts" is v10's default walk; the
+knobs of that walk (fused, q_late, walk_loads, Q_REGS with three stages) reach it as "bf16 parts&...". "v4", "v3" and "v2" are the
 earlier defaults' kernels (v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take
 today's launch policy (pieces, order). The rest vary one knob of the default.
 """
 import torch
 
-SPLIT = dict(inverse="blocks_parts", wy_split=2, state_split=2, attention="stored", factors="t")   # the defaults
+SPLIT = dict(inverse="blocks_parts", wy_split=2, state_split=2, attention="stored", factors="t",
+             operands="bf16_parts")   # v10's defaults: the bf16-split walk
 V4 = dict(SPLIT, inverse="blocks", factors="wu")   # no fused walk, no flags (both need T diag(beta)): v4's
 V3 = dict(inverse="blocks", wy_split=3, state_split=2, attention="walk", pieces=1)
 V2 = dict(inverse="product", wy_split=0, state_split=0, attention="walk", pieces=1)
@@ -68,6 +71,15 @@ CONFIGS = {
     "flags 32": dict(flag_group=32),
     "flags 64": dict(flag_group=64),
     "flags forced": dict(pieces=8),                   # the overlap where no GPU decides it (compile report)
+    # the walk on single fp16 operands, scaled by powers of two (walk_f16; v11)
+    "fp16": dict(operands="fp16"),                   # the default where it applies (l2norm, one segment)
+    "bf16 parts": dict(operands="bf16_parts"),       # v10's walk: each computed operand as two bf16 parts
+    "fp16 bv64 st2": dict(operands="fp16", block_v=64, walk_stages=2),
+    "fp16 bv64 st1": dict(operands="fp16", block_v=64, walk_stages=1),
+    "fp16 bv32 st2": dict(operands="fp16", block_v=32, walk_stages=2),
+    "fp16 bv32 st1": dict(operands="fp16", block_v=32, walk_stages=1),
+    "fp16 bv16 st2": dict(operands="fp16", block_v=16, walk_stages=2),
+    "fp16 tma wide": dict(operands="fp16", walk_tma=True),
 }
 
 

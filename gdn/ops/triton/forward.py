@@ -8,7 +8,10 @@ that writes the outputs.
    w [tokens, HV, K] and u [tokens, HV, V] (U = u - w S).
 2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
    GPU, the affine maps that join the segments of a sequence exactly.
-3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs.
+3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs. By default (bf16
+   inputs with l2norm) its products take one fp16 operand each, the state and values scaled by
+   powers of two (gdn.ops.triton.walk_f16), from fp16 copies of T diag(beta), P and the normalised
+   q and k that the WY pass stores; elsewhere two bf16 parts per computed operand.
 
 When the walk takes at most one program per SM (one sequence, or a few), it is latency-bound and
 leaves room on every SM: the launcher then runs the WY pass beside it. By default (``overlap="flags"``)
@@ -65,7 +68,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                    num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
-                   overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False, out=None):
+                   overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
+                   operands=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -113,6 +117,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
     5-7% faster at B = 1), True wherever the walk forms the writes from T diag(beta), False nowhere.
     ``q_late`` loads q in the walk right before its product (not yet measured on a GPU).
+    ``operands`` the walk's matrix operands where it forms the writes from T diag(beta) (bf16 inputs,
+    one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits) or "fp16" (one fp16
+    operand, 11 bits, the state and values scaled by powers of two: gdn.ops.triton.walk_f16; needs
+    use_qk_l2norm and |scale| <= 256). None (default): "fp16" wherever it applies (v11).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -204,8 +212,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     dummy = o
 
     # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
-    if cu_seqlens is not None:
-        P = 1                      # packed sequences: parallel over sequences x heads already
+    if operands not in (None, "bf16_parts", "fp16"):
+        raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
+    f16 = operands == "fp16"          # asked for; by default (None) wherever it applies, below
+    if cu_seqlens is not None or (f16 and num_segments is None):
+        P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
     else:
@@ -227,12 +238,24 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
+    # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
+    # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
+    f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256 and outputs == "walk"
+    if operands is None:
+        f16 = f16_fits
+    if f16 and not f16_fits:
+        raise ValueError("operands='fp16' needs bf16 inputs, use_qk_l2norm=True, |scale| <= 256 and the walk "
+                         "that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
+                         "outputs='walk')")
 
     # 1. The state-free pass over every chunk, in parallel. The split state walk reads from it T diag(beta)
     #    (or w) as bf16 parts and the l2-norm factors of q and k.
-    w = w2 = w3 = u = rq = rk = tb = tb2 = dummy
+    w = w2 = w3 = u = rq = rk = tb = tb2 = qn = kn = dummy
     if state_split > 0:
-        if t_in:
+        if t_in and f16:
+            tb = tb2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
+            qn, kn = torch.empty(2, B, T, H, K, dtype=torch.float16, device=q.device)
+        elif t_in:
             tb_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             tb, tb2 = tb_parts[0], tb_parts[1]
         else:
@@ -248,8 +271,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Gc = attn = attn2 = dummy
     if attn_in:
         Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
-        attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
-        attn, attn2 = attn_parts[0], attn_parts[1]
+        if f16:
+            attn = attn2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
+        else:
+            attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
+            attn, attn2 = attn_parts[0], attn_parts[1]
     # The flags need a WY program to fit beside every walk program (4 warps each, a walk of <= 32
     # columns in <= 2 stages as measured; 3 stages fit with q through registers, Q_REGS: 189 + 33 KB
     # of shared memory in the compile report, not yet run on a GPU): otherwise walks of concurrent
@@ -284,18 +310,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         wy_kernel[(slots, HV) if done is None else (slots * HV,)](
-            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, scale, chunk_offsets, slot_seqs,
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets, slot_seqs,
             dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
-            STORE_ATTN=attn_in, STORE_T=t_in, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32      # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
-    tma = (fused_walk if walk_tma is None else walk_tma and t_in and not ring) and _tma_ready(q, k, v, o)
+    tma = ((fused_walk or (f16 and BV <= 32)) if walk_tma is None else walk_tma and t_in and not ring) and \
+        _tma_ready(qn if f16 else q, kn if f16 else k, v, o)
     if tma and q.is_cuda and not triton_interpreting():
         _ensure_allocator()
 
@@ -313,7 +340,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
         _chunk_fwd_kernel[(NV * N * HV, P)](
-            q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
+            qn if f16 else q, kn if f16 else k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
             dummy if done is None else done, scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV,
@@ -323,7 +350,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
-            Q_LATE=q_late,
+            Q_LATE=q_late, F16=f16, F16_DOT=tl.float32 if triton_interpreting() else tl.float16,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):

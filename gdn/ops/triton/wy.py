@@ -187,15 +187,25 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
 
 @triton.jit
 def store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hv, o_t, m_t,
-                    HV: tl.constexpr, BT: tl.constexpr):
+                    HV: tl.constexpr, BT: tl.constexpr, F16: tl.constexpr = False):
     """The chunk's output attention P = diag(scale r_q) (q k^T . D) diag(r_k) [BT, BT] (causal, diagonal
     included) as two bf16 parts at attn_out, attn2_out [tokens, HV, BT]: row i of the chunk at token
     row0 + i. The state walk's outputs are (q S) e^G (scaled) + P U; with P stored, the walk forms no
     q k^T and no decay tile. b_qk [BT, BT] the product of the queries and keys as stored, b_D the
-    decay matrix, b_rq, b_rk the norm factors. Two parts: 16 bits, where the output keeps 8."""
+    decay matrix, b_rq, b_rk the norm factors. Two parts: 16 bits, where the output keeps 8. F16: one
+    fp16 tile at attn_out (11 bits; |entries| <= |scale| with l2-normalised q and k: walk_f16)."""
     b_P = b_qk * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
     o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
-    store_parts(attn_out + o_w, attn2_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], 2)
+    store_square(attn_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], F16)
+
+
+@triton.jit
+def store_square(p, p2, b, mask, F16: tl.constexpr):
+    """A chunk's fp32 [BT, BT] tile for the walk: two bf16 parts at p, p2, or (F16) one fp16 tile at p."""
+    if F16:
+        tl.store(p, b.to(tl.float16), mask=mask)
+    else:
+        store_parts(p, p2, p2, b, mask, 2)
 
 
 @triton.jit
@@ -211,13 +221,14 @@ def load_chunk_square(p, p2, tok0, i_hv, T_seq, t0, HV: tl.constexpr, BT: tl.con
 
 @triton.jit
 def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
-                     t_out, t2_out,
+                     t_out, t2_out, qn_out, kn_out,
                      scale, tok0, t0, T_seq, i_h, i_hv,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
-                     STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False):
+                     STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
+                     F16: tl.constexpr = False):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -228,7 +239,9 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     (store_attention). STORE_T: instead of w and u, T diag(beta) [BT, BT] as two bf16 parts at t_out,
     t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk then forms
     U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass neither
-    reads v nor writes the 64 KB of w and u a chunk-head."""
+    reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
+    output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
+    [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16)."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -254,17 +267,21 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             b_rq = l2norm_rows(b_q)
             tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
             tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
+    if F16:
+        if i_hv % (HV // H) == 0:
+            o_qk = row_offsets(row0, i_h, H, K, o_t, o_k)
+            tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
+            tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
     b_G, b_D = chunk_decay(b_g, BT)
     if STORE_ATTN:
         tl.store(row_vec(G_out, row0, i_hv, HV, o_t), b_G, mask=m_t)
         store_attention(attn_out, attn2_out, tl.dot(b_q, tl.trans(b_k)), b_D, b_rq, b_rk, scale, row0, i_hv,
-                        o_t, m_t, HV, BT)
+                        o_t, m_t, HV, BT, F16)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
     b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
     if STORE_T:
         o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
-        store_parts(t_out + o_tt, t2_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :],
-                    m_t[:, None] & (o_t < BT)[None, :], 2)
+        store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], F16)
         return
     o_c = tl.arange(0, BC)
     b_Tu = b_T * b_beta[None, :]
@@ -311,14 +328,14 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
 @triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0,
+    qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
-    GROUP: tl.constexpr = 1,
+    GROUP: tl.constexpr = 1, F16: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of one value head.
@@ -331,7 +348,10 @@ def wy_kernel(
     STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
     [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
     log-decays G at G_out [tokens, HV], so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
-    at t_out, t2_out instead of w and u (wy_split_factors).
+    at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
+    output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
+    (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
+    sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the grid is (chunk slots x HV,), chunk-major, so that the chunks are taken in
     order, and each program adds 1 to done[sequence, chunk // GROUP, head] once its stores are visible."""
@@ -346,12 +366,14 @@ def wy_kernel(
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
-                         t_out, t2_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
-                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T)
+                         t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
+                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()
-            tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_hv, 1, sem="release")
+            # F16: the group's first value head counts for the whole group (it stores their q and k).
+            i_count = i_hv // (HV // H) * (HV // H) if F16 else i_hv
+            tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_count, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

@@ -39,15 +39,17 @@ def test_triton_matches_reference_fp32(T, H, HV, K, V, C, segments, l2norm):
     assert_close(S, S_ref, rtol=1e-5, name="S")
 
 
-def test_triton_varlen_with_empty_sequences():
+@pytest.mark.parametrize("dtype, o_rtol, s_rtol", [(torch.float32, 1e-3, 1e-3), (torch.bfloat16, 1e-2, 1.5e-3)])
+def test_triton_varlen_with_empty_sequences(dtype, o_rtol, s_rtol):
+    """fp32: tf32 products on a GPU by default; bf16: the walk on fp16 operands (walk_f16)."""
     cu = torch.tensor([0, 0, 17, 64, 64, 150], dtype=torch.int32, device=DEVICE)
-    q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.float32, initial_state=True,
+    q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=dtype, initial_state=True,
                                          N=5, seed=4, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu.cpu(), use_qk_l2norm=True)
     o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True, cu_seqlens=cu,
                                 use_qk_l2norm=True, backend="triton", chunk_size=32)
-    assert_close(o, o_ref, rtol=1e-3, name="o")        # default tf32 products on a GPU
-    assert_close(S, S_ref, rtol=1e-3, name="S")
+    assert_close(o, o_ref, rtol=o_rtol, name="o")
+    assert_close(S, S_ref, rtol=s_rtol, name="S")
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
@@ -147,7 +149,8 @@ def test_triton_bf16_pieces(attention, factors):
     # One sequence: the launcher would cut it into segments (4 "SMs" in the interpreter); asking for
     # pieces walks it in one segment instead.
     o1, S1 = triton_forward(q[:1], k[:1], v[:1], g[:1], beta[:1], scale=32 ** -0.5, initial_state=S0[:1],
-                            output_final_state=True, use_qk_l2norm=True, chunk_size=32, pieces=3)
+                            output_final_state=True, use_qk_l2norm=True, chunk_size=32, pieces=3,
+                            operands="bf16_parts")
     o1_ref, S1_ref = reference_gdn(q[:1], k[:1], v[:1], g[:1], beta[:1], initial_state=S0[:1], use_qk_l2norm=True)
     assert_close(o1, o1_ref, rtol=1e-2, name="o")
     assert_close(S1, S1_ref, rtol=1e-4, name="S")
@@ -174,18 +177,20 @@ def _spy_launches(monkeypatch, name, record, run=True):
     monkeypatch.setattr(forward, name, Spy())
 
 
-def _assert_same_and_close(got, same_as, inputs, h0, l2norm):
+def _assert_same_and_close(got, same_as, inputs, h0, l2norm, s_rtol=1e-4):
     """o and S bit for bit as another launch of the same products, and within the bf16 tolerances of
-    the float64 reference."""
+    the float64 reference (S: s_rtol, 1e-4 for bf16 parts, 1e-3 for fp16 operands)."""
     (o, S), (o_same, S_same) = got, same_as
     assert torch.equal(o, o_same) and torch.equal(S, S_same)
     o_ref, S_ref = reference_gdn(*inputs, initial_state=h0, use_qk_l2norm=l2norm)
     assert_close(o, o_ref, rtol=1e-2, name="o")
-    assert_close(S, S_ref, rtol=1e-4, name="S")
+    assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
-@pytest.mark.parametrize("group, stages", [(1, 2), (4, 2), (16, 2), (1, 3)])
-def test_triton_bf16_overlap_flags(group, stages, monkeypatch):
+@pytest.mark.parametrize("group, stages, operands", [(1, 2, "bf16_parts"), (4, 2, "bf16_parts"),
+                                                     (16, 2, "bf16_parts"), (1, 3, "bf16_parts"),
+                                                     (1, 2, "fp16"), (4, 2, "fp16")])
+def test_triton_bf16_overlap_flags(group, stages, operands, monkeypatch):
     """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
@@ -193,7 +198,8 @@ def test_triton_bf16_overlap_flags(group, stages, monkeypatch):
     values equal those of the pieces, bit for bit, from an initial state and without one. The walk
     waits for the group of the chunk ``stages`` ahead (its pipeline's stages; 3 also takes q through
     registers): every wait, the ones before its loop included, must find its group's full count, or
-    it spins forever."""
+    it spins forever. With fp16 operands the first value head of a group stores the group's q and k,
+    so it counts for the group (two heads here) and the walk of either head waits for twice the count."""
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
@@ -213,17 +219,19 @@ def test_triton_bf16_overlap_flags(group, stages, monkeypatch):
     try:
         for h0 in (S0, None):
             kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
-                      chunk_size=32, pieces=3, walk_stages=stages)
+                      chunk_size=32, pieces=3, walk_stages=stages, operands=operands)
             o_pieces, S_pieces = forward.triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
             o = torch.full_like(v, float("nan"))
             o, S = forward.triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
-            _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True)
+            _assert_same_and_close((o, S), (o_pieces, S_pieces), (q, k, v, g, beta), h0, True,
+                                   1e-3 if operands == "fp16" else 1e-4)
         o_default, _ = forward.triton_forward(q, k, v, g, beta, **kw)      # flag_group left to the schedule
         assert torch.equal(o_default, o_pieces)
     finally:
         faulthandler.cancel_dump_traceback_later()
     per_group = [min(group, 9 - c) for c in range(0, 9, group)]          # 9 chunks in groups
-    assert counts[:2] == [[n for n in per_group for _ in range(2)]] * 2     # [group, head], 2 heads
+    heads = [(2 * n, 0) for n in per_group] if operands == "fp16" else [(n, n) for n in per_group]
+    assert counts[:2] == [[n for pair in heads for n in pair]] * 2     # [group, head], 2 heads
     assert groups == [group, group, choose_flag_group(9)]
     with pytest.raises(ValueError, match="overlap must be"):
         forward.triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
@@ -277,7 +285,8 @@ def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
     import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=41, device=DEVICE)
-    kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32)
+    kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32,
+              operands="bf16_parts")
     o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, fused=False, **kw)
     launches = []
     _spy_launches(monkeypatch, "_chunk_out_kernel", lambda grid, args, kw: launches.append(grid))
@@ -383,9 +392,11 @@ def test_triton_tma_needs_16_byte_starts_and_rows():
     assert_close(o, reference_gdn(q, k, v, g, beta, use_qk_l2norm=True)[0], rtol=1e-2, name="o")
 
 
-def test_triton_tma_tiles_past_the_head_dims(monkeypatch):
+@pytest.mark.parametrize("operands, s_rtol", [("bf16_parts", 1e-4), ("fp16", 1e-3)])
+def test_triton_tma_tiles_past_the_head_dims(operands, s_rtol, monkeypatch):
     """K = 48 and V = 40 (tiles of 64 and 32 columns, the second value block partial) on the TMA walk:
-    the columns past the head read as zeros and are not stored."""
+    the columns past the head read as zeros and are not stored (fp16 operands: the value maximum that
+    scales a block sees only its own columns)."""
     import gdn.ops.triton.forward as forward
     tma = []
     _spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: tma.append(kw["TMA"]))
@@ -393,10 +404,10 @@ def test_triton_tma_tiles_past_the_head_dims(monkeypatch):
                                          device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = forward.triton_forward(q, k, v, g, beta, scale=48 ** -0.5, initial_state=S0, output_final_state=True,
-                                  use_qk_l2norm=True, chunk_size=32)
+                                  use_qk_l2norm=True, chunk_size=32, operands=operands)
     assert tma == [True]
     assert_close(o, o_ref, rtol=1e-2, name="o")
-    assert_close(S, S_ref, rtol=1e-4, name="S")
+    assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
 def test_triton_without_initial_or_final_state():

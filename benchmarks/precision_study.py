@@ -1,0 +1,99 @@
+"""Which roundings of the Triton walk the output and the state can afford (a CPU question, no GPU).
+
+The Triton walk (gdn/ops/triton/chunk_fwd.py and walk_f16.py) forms, per chunk of 64 tokens,
+
+    Z  = v - (r_k e^G) . (k S)                        # S rounded
+    U  = T diag(beta) Z                                # T and Z rounded
+    o  = scale r_q e^G . (q S) + P U                   # S; P and U rounded; o rounded to bf16
+    S <- e^{G_C} S + k^T ((r_k e^{G_C - G}) . U)       # U rounded
+
+on 16-bit matrix units, each computed fp32 operand rounded: to 1 or 2 bf16 parts (gdn.ops.triton.
+split_dot), or to one fp16 value (walk_f16). This script replays that walk in float64 with the chosen
+roundings, on bf16 inputs, and prints the relative error of o and of the final state against the
+exact float64 walk, for both gate regimes of GUIDE.md section 2 (benchmarks/NOTES.md v11 has the
+table it printed). A rounding is "b1", "b2" (bf16 parts), "h" (fp16) or "" (exact).
+
+    python benchmarks/precision_study.py [--T 2048] [--heads 4]
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from gdn.cli.timing import random_problem
+
+C = 64
+
+
+def rounded(x: torch.Tensor, how: str) -> torch.Tensor:
+    """x as the matrix units would see it: "" exact, "b1" / "b2" one or two bf16 parts, "h" fp16."""
+    if how == "h":
+        return x.to(torch.float16).to(x.dtype)
+    out = torch.zeros_like(x)
+    rest = x
+    for _ in range({"": 0, "b1": 1, "b2": 2}[how]):
+        part = rest.to(torch.bfloat16).to(x.dtype)
+        out, rest = out + part, rest - part
+    return x if how == "" else out
+
+
+def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", o_bf16=True):
+    """One (sequence, head) in float64: q, k [T, K], v [T, V], g, beta [T], the values of bf16 inputs.
+    The keywords say how each operand is rounded; qk: q and k normalised and then rounded (else the
+    norm factors scale the fp32 results). Returns o (rounded to bf16 unless o_bf16=False) and S."""
+    n, Kd = q.shape[0] // C, q.shape[1]
+    scale = Kd ** -0.5
+    q, k, v, g, beta = (x.reshape(n, C, *x.shape[1:]) for x in (q, k, v, g, beta))
+    rq, rk = (q * q).sum(-1).add(1e-6).rsqrt(), (k * k).sum(-1).add(1e-6).rsqrt()
+    G = g.cumsum(-1)
+    D = (G[:, :, None] - G[:, None, :]).tril().exp().tril()
+    A = (beta[:, :, None] * (k @ k.transpose(-1, -2)) * rk[:, :, None] * rk[:, None, :] * D).tril(-1)
+    eye = torch.eye(C, dtype=q.dtype)
+    Tb = rounded(torch.linalg.solve_triangular(eye + A, eye.expand_as(A), upper=False) * beta[:, None, :], T)
+    Pm = rounded((q @ k.transpose(-1, -2)) * D * (scale * rq)[:, :, None] * rk[:, None, :], P)
+    if qk:                       # normalised, then rounded: the norm factors leave the fp32 results
+        q, k = rounded(q * rq[..., None], qk), rounded(k * rk[..., None], qk)
+        rq, rk = torch.ones_like(rq), torch.ones_like(rk)
+    state = torch.zeros(Kd, v.shape[-1], dtype=q.dtype)
+    o = torch.empty_like(v)
+    for c in range(n):
+        eG = G[c].exp()
+        Uc = Tb[c] @ rounded(v[c] - (rk[c] * eG)[:, None] * (k[c] @ rounded(state, S)), Z)
+        o[c] = (scale * rq[c] * eG)[:, None] * (q[c] @ rounded(state, S)) + Pm[c] @ rounded(Uc, U)
+        decay = rk[c] * (G[c, -1] - G[c]).exp()
+        state = G[c, -1].exp() * state + k[c].T @ rounded(decay[:, None] * Uc, U)
+    o = o.reshape(n * C, -1)
+    return (o.to(torch.bfloat16).double() if o_bf16 else o), state
+
+
+VARIANTS = {
+    "two bf16 parts everywhere (v10)": dict(S="b2", Z="b2", T="b2", P="b2", U="b2"),
+    "one bf16 part, q and k rounded (FLA)": dict(S="b1", Z="b1", T="b1", P="b1", U="b1", qk="b1"),
+    "one bf16 part, norms folded": dict(S="b1", Z="b1", T="b1", P="b1", U="b1"),
+    "one fp16 operand everywhere (v11)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h"),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--T", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=4)
+    args = ap.parse_args()
+    for gates in ("decaying", "long"):
+        inputs = random_problem(1, args.T, args.heads, args.heads, 128, 128, dtype=torch.bfloat16, gates=gates,
+                                seed=1)
+        heads = [tuple(x.double()[0, :, h] for x in inputs) for h in range(args.heads)]
+        exact = [walk(*x, o_bf16=False) for x in heads]
+        o_ref, S_ref = torch.stack([e[0] for e in exact]), torch.stack([e[1] for e in exact])
+        print(f"gates={gates}, T={args.T}, {args.heads} heads of 128 (o includes its rounding to bf16)")
+        for name, kw in VARIANTS.items():
+            got = [walk(*x, **kw) for x in heads]
+            o, S = torch.stack([x[0] for x in got]), torch.stack([x[1] for x in got])
+            eo = ((o - o_ref).norm() / o_ref.norm()).item()
+            es = ((S - S_ref).norm() / S_ref.norm()).item()
+            print(f"  {name:40s} o {eo:.3e}  S {es:.3e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The walk on fp16 operands scaled by powers of two (gdn.ops.triton.walk_f16) against the float64
+reference: where it is the default, its accuracy, values and states far outside fp16's range, and
+the arguments it refuses (varlen: tests/ops/triton/test_chunk_fwd.py). On a CPU machine the kernels run in Triton's interpreter (tests/conftest.py)."""
+import pytest
+import torch
+
+import gdn
+from tests.reference import random_inputs, reference_gdn
+from tests.tolerances import assert_close, rel_err
+
+pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _walk_flags(monkeypatch):
+    """The F16 flag of every walk launch, recorded."""
+    import gdn.ops.triton.forward as forward
+    real, seen = forward._chunk_fwd_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["F16"])
+                return real[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(forward, "_chunk_fwd_kernel", Spy())
+    return seen
+
+
+@pytest.mark.parametrize("T, H, HV, K, V, C", [(1, 1, 1, 16, 16, 16), (150, 2, 4, 32, 32, 32),
+                                              (65, 1, 2, 32, 48, 64), (200, 2, 2, 64, 64, 16)])
+def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, monkeypatch):
+    """bf16 inputs with l2norm take the fp16 walk by default: o within bf16's rounding, the state
+    within fp16's (S ~4e-4 against float64, where two bf16 parts give ~3e-5 and one bf16 part ~3e-3)."""
+    seen = _walk_flags(monkeypatch)
+    q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=torch.bfloat16, initial_state=True, seed=T,
+                                         device=DEVICE)
+    for h0 in (S0, None):
+        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                    use_qk_l2norm=True, chunk_size=C, backend="triton")
+        assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
+        assert_close(o, o_ref, rtol=1e-2, name="o")
+        assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    assert seen and all(seen)
+
+
+@pytest.mark.parametrize("case", ["v x 1e4", "v x 1e-5", "v x 1e30", "S0 x 1e6", "v jumps x 3e4 mid-sequence",
+                                  "S0 x 1e-20, v x 1e20", "zeros"])
+def test_fp16_walk_scales_any_magnitude(case):
+    """The state and values are carried at a power-of-two scale: magnitudes far past fp16's range
+    (65504 down to 6e-5), a jump inside a sequence, and all zeros stay finite and as exact."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 256, 2, 2, 32, 32, dtype=torch.bfloat16, initial_state=True, seed=3,
+                                         device=DEVICE)
+    v_scale, s_scale = {"v x 1e4": (1e4, 1.0), "v x 1e-5": (1e-5, 1e-5), "v x 1e30": (1e30, 1e30),
+                        "S0 x 1e6": (1.0, 1e6), "v jumps x 3e4 mid-sequence": (None, 1.0),
+                        "S0 x 1e-20, v x 1e20": (1e20, 1e-20), "zeros": (0.0, 0.0)}[case]
+    if v_scale is None:
+        v = v.float()
+        v[:, 128:] *= 3e4
+    else:
+        v = v.float() * v_scale
+    v, S0 = v.to(torch.bfloat16), S0 * s_scale
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=32, operands="fp16")
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    if case == "zeros":
+        assert not o.any() and not S.any()
+    else:
+        assert rel_err(o, o_ref) < 1e-2 and rel_err(S, S_ref) < 1.5e-3, (rel_err(o, o_ref), rel_err(S, S_ref))
+
+
+def test_fp16_walk_where_it_does_not_apply(monkeypatch):
+    """Without l2norm (q and k unbounded), with segments, with |scale| > 256 or outputs beside the walk
+    the default keeps the bf16 parts, and asking for fp16 there is an error naming what it needs."""
+    from gdn.ops.triton import triton_forward
+    seen = _walk_flags(monkeypatch)
+    q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)                         # no l2norm
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
+    triton_forward(q, k, v, g, beta, scale=300.0, chunk_size=32, use_qk_l2norm=True)
+    assert seen == [False, False, False]
+    for kw in (dict(), dict(use_qk_l2norm=True, num_segments=2), dict(use_qk_l2norm=True, scale=300.0),
+               dict(use_qk_l2norm=True, factors="wu")):
+        with pytest.raises(ValueError, match="operands='fp16' needs"):
+            triton_forward(q, k, v, g, beta, **{"scale": 0.25, "chunk_size": 32, "operands": "fp16", **kw})
+    with pytest.raises(ValueError, match="operands must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, operands="fp8")
