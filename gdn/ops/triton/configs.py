@@ -76,10 +76,11 @@ CONFIGS = {
     "bf16 parts": dict(operands="bf16_parts"),       # v10's walk: each computed operand as two bf16 parts
     "fp16 bv64 st2": dict(operands="fp16", block_v=64, walk_stages=2),
     "fp16 bv64 st1": dict(operands="fp16", block_v=64, walk_stages=1),
-    "fp16 bv32 st2": dict(operands="fp16", block_v=32, walk_stages=2),
+    "fp16 bv32 st2": dict(operands="fp16", block_v=32, walk_stages=2),    # v11's narrow walk: loads a chunk ahead
     "fp16 bv32 st1": dict(operands="fp16", block_v=32, walk_stages=1),
     "fp16 bv16 st2": dict(operands="fp16", block_v=16, walk_stages=2),
     "fp16 tma wide": dict(operands="fp16", walk_tma=True),
+    "wy f16x2": dict(inverse="blocks_f16"),        # the inverse from pairs of fp16 parts (v13 candidate)
 }
 
 

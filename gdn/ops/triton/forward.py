@@ -100,8 +100,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     than asked if need be). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
-    program per SM, its loads prefetched; 3 stages, not a default, take q through registers so that
-    a WY program still fits beside: slower, benchmarks/NOTES.md v9-v10). ``fused`` (default on; the walk with
+    program per SM, its loads prefetched; the fp16 walk there takes 3 stages, its loads two chunks
+    ahead, where they fit 160 KB: v12; on the bf16-split walk 3 stages take q through registers so
+    that a WY program still fits beside: slower, benchmarks/NOTES.md v9-v10). ``fused`` (default on; the walk with
     factors "t", at most 32 columns) runs each product of bf16 parts as one matrix product
     (gdn.ops.triton.split_dot.dot_cat): 5 waits for the matrix units a chunk instead of 12.
     ``pieces`` (dense batches in one segment; default
@@ -174,8 +175,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
-    if inverse not in (None, "blocks", "blocks_parts", "product", "substitution"):
-        raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'product' or 'substitution', got {inverse!r}")
+    if inverse not in (None, "blocks", "blocks_parts", "blocks_f16", "product", "substitution"):
+        raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'blocks_f16', 'product' or 'substitution', "
+                         f"got {inverse!r}")
     if inverse is None:
         inverse = "blocks_parts" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
@@ -247,6 +249,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError("operands='fp16' needs bf16 inputs, use_qk_l2norm=True, |scale| <= 256 and the walk "
                          "that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
                          "outputs='walk')")
+    if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:
+        # The narrow fp16 walk's loads two chunks ahead (q, k, v, T and P a stage): at one chunk ahead its
+        # first wait held a quarter of its time (ncu, v12); 173 KB with a WY program's 33 KB beside.
+        walk_stages = 3
 
     # 1. The state-free pass over every chunk, in parallel. The split state walk reads from it T diag(beta)
     #    (or w) as bf16 parts and the l2-norm factors of q and k.
@@ -277,9 +283,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             attn, attn2 = attn_parts[0], attn_parts[1]
     # The flags need a WY program to fit beside every walk program (4 warps each, a walk of <= 32
-    # columns in <= 2 stages as measured; 3 stages fit with q through registers, Q_REGS: 189 + 33 KB
-    # of shared memory in the compile report, not yet run on a GPU): otherwise walks of concurrent
-    # calls could fill every SM and leave no room for the WY passes they wait for.
+    # columns in <= 3 stages: the fp16 walk's three take 173 + 33 KB of shared memory, run on an H200
+    # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB): otherwise walks of
+    # concurrent calls could fill every SM and leave no room for the WY passes they wait for.
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
@@ -309,17 +315,17 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots, HV) if done is None else (slots * HV,)](
+        wy_kernel[(slots * HV,)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets, slot_seqs,
             dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
-            BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0,
+            BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
             STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
-    fused_walk = fused and t_in and not ring and BV <= 32      # each product of parts as one
+    fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
     tma = ((fused_walk or (f16 and BV <= 32)) if walk_tma is None else walk_tma and t_in and not ring) and \
         _tma_ready(qn if f16 else q, kn if f16 else k, v, o)

@@ -182,3 +182,25 @@ def dot_tf32x3(a, b, acc=None):
     r = tl.dot(a_2, b_1, acc, input_precision="tf32")
     r = tl.dot(a_1, b_2, r, input_precision="tf32")
     return tl.dot(a_1, b_1, r, input_precision="tf32")
+
+
+@triton.jit
+def f16_pair(a, F16_DOT: tl.constexpr):
+    """Finite fp32 ``a`` as two fp16 values big + small (big = fp16(a), small = fp16(a - big): 22 bits
+    of a's mantissa where |a| is in fp16's normal range; smaller entries keep fp16's absolute
+    resolution), in F16_DOT (fp16; fp32 in Triton's interpreter, the values still rounded)."""
+    big = a.to(tl.float16)
+    small = (a - big.to(tl.float32)).to(tl.float16)
+    return big.to(F16_DOT), small.to(F16_DOT)
+
+
+@triton.jit
+def dot_f16x2(a, b, F16_DOT: tl.constexpr):
+    """a @ b from finite fp32 tiles whose entries stay below fp16's largest (65504): a_2 b_1 + a_1 b_2 +
+    a_1 b_1 on fp16 matrix units (f16_pair), ~22 bits like tf32x3 at half its matrix instructions
+    (fp16 products take 16 of the inner dimension a step, tf32 8)."""
+    a_1, a_2 = f16_pair(a, F16_DOT)
+    b_1, b_2 = f16_pair(b, F16_DOT)
+    r = tl.dot(a_2, b_1)
+    r = tl.dot(a_1, b_2, r)
+    return tl.dot(a_1, b_1, r)

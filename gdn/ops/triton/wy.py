@@ -22,7 +22,7 @@ import triton.language as tl
 from ..common import L2NORM_EPS
 from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
-from .split_dot import dot_tf32x3, split_dot, store_parts
+from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -78,8 +78,11 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
 
 
 @triton.jit
-def _dot3(a, b, OWN_PARTS: tl.constexpr):
-    """a @ b at tf32x3: Triton's, or from our own parts (OWN_PARTS: split_dot.dot_tf32x3)."""
+def _dot3(a, b, OWN_PARTS: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
+    """a @ b at tf32x3: Triton's, or from our own parts (OWN_PARTS: split_dot.dot_tf32x3); OWN_PARTS = 2:
+    from pairs of fp16 parts (split_dot.dot_f16x2, in F16_DOT)."""
+    if OWN_PARTS == 2:
+        return dot_f16x2(a, b, F16_DOT)
     if OWN_PARTS:
         return dot_tf32x3(a, b)
     return tl.dot(a, b, input_precision="tf32x3")
@@ -87,7 +90,7 @@ def _dot3(a, b, OWN_PARTS: tl.constexpr):
 
 @triton.jit
 def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                              OWN_PARTS: tl.constexpr = False):
+                              OWN_PARTS: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16):
     """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
@@ -105,28 +108,28 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     b_X = eye_d - b_Ad
     b_P = b_Ad
     for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
-        b_P = _dot3(b_P, b_P, OWN_PARTS)
-        b_X = _dot3(b_X, eye_d + b_P, OWN_PARTS)
+        b_P = _dot3(b_P, b_P, OWN_PARTS, F16_DOT)
+        b_X = _dot3(b_X, eye_d + b_P, OWN_PARTS, F16_DOT)
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
-    b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS), [BT, BT])
+    b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS, F16_DOT), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
     for _ in tl.static_range(1, LOG_BLOCKS):
-        b_P2 = _dot3(b_P2, b_P2, OWN_PARTS)
-        b_R = _dot3(b_R, eye + b_P2, OWN_PARTS)
+        b_P2 = _dot3(b_P2, b_P2, OWN_PARTS, F16_DOT)
+        b_R = _dot3(b_R, eye + b_P2, OWN_PARTS, F16_DOT)
     # T = R X: column block c of T is (column block c of R) X_c.
     b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
-    b_T3 = _dot3(b_R3, b_X, OWN_PARTS)
+    b_T3 = _dot3(b_R3, b_X, OWN_PARTS, F16_DOT)
     return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
 
 
 @triton.jit
 def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                       INVERSE: tl.constexpr):
+                       INVERSE: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
     """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
 
     1. The BLOCK x BLOCK diagonal blocks, all at once: INVERSE="substitution" by forward substitution
@@ -137,8 +140,19 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
        (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
     INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
     INVERSE="blocks_parts": the same with each tf32x3 product from our own parts (split_dot.dot_tf32x3:
-    no guards against infinities, which these finite tiles do not need).
+    no guards against infinities, which these finite tiles do not need). INVERSE="blocks_f16": from
+    pairs of fp16 parts (split_dot.dot_f16x2) where the chunk's |A_ij| <= 1 (l2-normalised keys,
+    |beta| <= 1, g <= 0): the partial products then stay below C(15, 7) = 6435, inside fp16's range;
+    any other chunk takes "blocks_parts" (a branch per chunk on max |A_ij|).
     """
+    if INVERSE == "blocks_f16":
+        # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
+        # tf32x3: a chunk whose beta exceeds 1 or whose gates grow (g > 0) takes the wide range.
+        if tl.max(tl.max(tl.abs(b_A), axis=1), axis=0) <= 1.0:
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
+        else:
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+        return b_T
     if INVERSE == "blocks" or INVERSE == "blocks_parts":
         return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE == "blocks_parts")
     o_i = tl.arange(0, BT)
@@ -262,9 +276,11 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     b_rk = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM:
         b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
-        if STORE_NORMS:
-            # The queries' norm factors for the state walk (the walk reads no fp32 tiles).
+        if NEED_Q:
             b_rq = l2norm_rows(b_q)
+        if STORE_NORMS:
+            # The norm factors for the split walk (it reads no fp32 tiles; the fp16 walk reads q and k
+            # normalised instead).
             tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
             tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
     if F16:
@@ -278,7 +294,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         store_attention(attn_out, attn2_out, tl.dot(b_q, tl.trans(b_k)), b_D, b_rq, b_rk, scale, row0, i_hv,
                         o_t, m_t, HV, BT, F16)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
+    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, tl.float32 if DOT_DTYPE == tl.float32 else tl.float16)
     if STORE_T:
         o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
         store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], F16)
@@ -339,7 +355,7 @@ def wy_kernel(
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of one value head.
-    Grid: (chunk slots, HV).
+    Grid: (chunk slots x HV,), chunk-major.
 
     WY_SPLIT = 0: fp32 tiles and tf32x3 products (any input dtype); 2 or 3 (bf16 inputs only):
     wy_split_factors. W_PARTS = 0: w in w_out's dtype; 2 or 3: as that many bf16 parts at w_out,
@@ -353,13 +369,12 @@ def wy_kernel(
     (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
-    chunk_fwd's WAIT): the grid is (chunk slots x HV,), chunk-major, so that the chunks are taken in
-    order, and each program adds 1 to done[sequence, chunk // GROUP, head] once its stores are visible."""
+    chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
+    done[sequence, chunk // GROUP, head] once its stores are visible."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
-    if SIGNAL:
-        i_slot, i_hv = tl.program_id(0) // HV, tl.program_id(0) % HV
-    else:
-        i_slot, i_hv = tl.program_id(0), tl.program_id(1)
+    # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
+    # and the heads that share a q/k head read its tiles while they are in L2.
+    i_slot, i_hv = tl.program_id(0) // HV, tl.program_id(0) % HV
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
