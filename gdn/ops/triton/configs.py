@@ -80,7 +80,7 @@ CONFIGS = {
     "fp16 bv32 st1": dict(operands="fp16", block_v=32, walk_stages=1),
     "fp16 bv16 st2": dict(operands="fp16", block_v=16, walk_stages=2),
     "fp16 tma wide": dict(operands="fp16", walk_tma=True),
-    "wy f16x2": dict(inverse="blocks_f16"),        # the inverse from pairs of fp16 parts (v13 candidate)
+    "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
 }
 
 

@@ -112,7 +112,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
-    ``inverse`` defaults to "blocks_parts" on the split WY pass (v9), "product" otherwise.
+    ``inverse`` defaults to "blocks_f16" with the fp16 walk (v13: pairs of fp16 parts where a chunk's
+    |A_ij| <= 1, tf32x3 elsewhere), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
@@ -178,6 +179,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if inverse not in (None, "blocks", "blocks_parts", "blocks_f16", "product", "substitution"):
         raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'blocks_f16', 'product' or 'substitution', "
                          f"got {inverse!r}")
+    inverse_given = inverse is not None
     if inverse is None:
         inverse = "blocks_parts" if wy_split > 0 else "product"
     if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
@@ -249,6 +251,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError("operands='fp16' needs bf16 inputs, use_qk_l2norm=True, |scale| <= 256 and the walk "
                          "that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
                          "outputs='walk')")
+    if f16 and not inverse_given:
+        # The inverse from pairs of fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere: 8-12% off
+        # the whole call on an H200 (v13); T is stored at fp16's 11 bits here anyway.
+        inverse = "blocks_f16"
     if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:
         # The narrow fp16 walk's loads two chunks ahead (q, k, v, T and P a stage): at one chunk ahead its
         # first wait held a quarter of its time (ncu, v12); 173 KB with a WY program's 33 KB beside.
@@ -322,7 +328,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=tl.float32 if triton_interpreting() else tl.float16,
+            **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one

@@ -10,8 +10,10 @@ the walk on single fp16 operands gives o 1.72e-3 / 1.77e-3 and S 4.2e-4 / 5.6e-4
 fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to fp16 unscaled:
 * q and k are l2-normalised before rounding (|entries| <= 1; this mode needs use_qk_l2norm: the WY
   pass stores them so, [tokens, H, K] in fp16, which the walk loads as it loads q and k), and the
-  WY pass's T diag(beta) (|entries| <= 1: the delta rule's projections are contractions) and output
-  attention P (|entries| <= |scale|) are stored in fp16 as they are;
+  WY pass's T diag(beta) (|entries| <= 1 for beta in [0, 1]: the delta rule's projections are
+  contractions; a few times that for beta up to 2) and output attention P (|entries| <= |scale|) are
+  stored in fp16 as they are (inputs that make the recurrence itself blow up, beta far above 2 or
+  growing gates g > 0, would overflow there: NaN, never a quiet error);
 * the state, the values and everything linear in them (Z, U) are carried at a scale sigma, a power of
   two, so that they stay near 1: the walk holds S^ = sigma S, reads v^ = sigma v, writes o = o^ / sigma
   and stores S = S^ / sigma at the end. Powers of two scale fp32 values exactly, so the scaling itself
@@ -33,8 +35,8 @@ from .wy import load_chunk
 
 @triton.jit
 def pow2_below_inverse(m):
-    """A power of two p with m p in [1/2, 1) for normal m > 0 (from m's exponent bits, exact);
-    2^-100 .. 2^100 at most: p = 2^100 for m = 0."""
+    """A power of two p with m p in [1/2, 1) for normal m > 0 (from m's exponent bits, exact),
+    clamped to 2^-100 .. 2^99 (p = 2^99 for m = 0)."""
     e = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.minimum(tl.maximum(e, -100), 99)
     return ((126 - e) << 23).to(tl.float32, bitcast=True)

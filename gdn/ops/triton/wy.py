@@ -187,16 +187,17 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
 
 @triton.jit
 def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                     PRECISION: tl.constexpr, INVERSE: tl.constexpr):
+                     PRECISION: tl.constexpr, INVERSE: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
     """T = (I + A)^-1 with A_ij = beta_i (k_i . k_j) r_i r_j D_ij, j < i: b_k [BT, BK] the keys as
-    stored (fp32 keys multiply at PRECISION), b_rk [BT] their l2-norm factors."""
+    stored (fp32 keys multiply at PRECISION), b_rk [BT] their l2-norm factors (F16_DOT: the dtype of
+    the fp16 products of INVERSE="blocks_f16", fp32 in Triton's interpreter)."""
     o_i = tl.arange(0, BT)
     if b_k.dtype == tl.float32:
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=PRECISION)
     else:
         b_kk = tl.dot(b_k, tl.trans(b_k))
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    return unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE)
+    return unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
 
 
 @triton.jit
@@ -242,7 +243,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -294,7 +295,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         store_attention(attn_out, attn2_out, tl.dot(b_q, tl.trans(b_k)), b_D, b_rq, b_rk, scale, row0, i_hv,
                         o_t, m_t, HV, BT, F16)
     b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, tl.float32 if DOT_DTYPE == tl.float32 else tl.float16)
+    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
     if STORE_T:
         o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
         store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], F16)
@@ -351,7 +352,7 @@ def wy_kernel(
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INVERSE: tl.constexpr, DOT_DTYPE: tl.constexpr,
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
-    GROUP: tl.constexpr = 1, F16: tl.constexpr = False,
+    GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of one value head.
@@ -382,7 +383,8 @@ def wy_kernel(
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
-                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16)
+                         USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
+                         F16_DOT)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()
@@ -397,7 +399,7 @@ def wy_kernel(
         tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
         tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
     b_G, b_D = chunk_decay(b_g, BT)
-    b_T = chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT, BLOCK, LOG_BLOCKS, PRECISION, INVERSE)
+    b_T = chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT, BLOCK, LOG_BLOCKS, PRECISION, INVERSE, F16_DOT)
     o_k = tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_v = o_v < V

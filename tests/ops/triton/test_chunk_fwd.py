@@ -53,7 +53,7 @@ def test_triton_varlen_with_empty_sequences(dtype, o_rtol, s_rtol):
     assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])
 
 
-@pytest.mark.parametrize("inverse", ["substitution", "product", "blocks", "blocks_parts"])
+@pytest.mark.parametrize("inverse", ["substitution", "product", "blocks", "blocks_parts", "blocks_f16"])
 def test_triton_inverse_variants(inverse):
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 100, 1, 2, 32, 32, dtype=torch.float32, initial_state=True,
