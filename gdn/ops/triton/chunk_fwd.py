@@ -16,7 +16,7 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
   (split_dot.dot_cat), its tiles move by TMA (descriptors of its sequence and head: each product
   waits for its own operands only); and the WY pass may run beside it, the walk waiting for its
   counts (WAIT). F16 (the default with l2norm): each chunk is gdn.ops.triton.walk_f16's instead,
-  one fp16 operand a product, the state carried at a power-of-two scale.
+  one fp16 operand a product, each scaled by a power of two from its largest entry.
 
 With bf16 inputs both run split products (gdn.ops.triton.split_dot: bf16 matrix units, the computed
 fp32 operands cut into bf16 parts), reading T diag(beta) (or w) as bf16 parts and the l2-norm
@@ -37,7 +37,7 @@ from .addressing import load_rows, row_tile, row_vec, rows_block, rows_desc, sto
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts
-from .walk_f16 import pow2_below_inverse, walk_chunk_f16
+from .walk_f16 import pow2_below_inverse, tile_max, walk_chunk_f16
 from .wy import load_chunk, load_chunk_square
 
 
@@ -327,10 +327,9 @@ def _chunk_fwd_kernel(
     tl.static_assert(not FUSED or (T_IN and not OUT_RING), "FUSED: the writes from T, the outputs here")
     tl.static_assert(not F16 or (T_IN and not OUT_RING and not HAS_MAPS and USE_L2NORM),
                      "F16: the writes from T, the outputs here, one segment, l2-normalised q and k")
-    b_sig = tl.full([], 1.0, tl.float32)
+    b_sig = tl.full([], 1.0, tl.float32)         # F16: the walk holds sigma S (walk_f16)
     if F16 and HAS_H0:
-        # sigma: the initial state's largest entry at <= 1 (walk_f16; 1 for small states).
-        b_sig = tl.minimum(pow2_below_inverse(tl.max(tl.max(tl.abs(b_S), axis=1), axis=0)), 1.0)
+        b_sig = pow2_below_inverse(tile_max(b_S))
         b_S = b_S * b_sig
     tl.static_assert(not TMA or (T_IN and not OUT_RING), "TMA: the loads of the walk that forms U and o")
     if TMA:           # made once: this program's sequence and head, tiles of the shapes it loads

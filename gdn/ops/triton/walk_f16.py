@@ -14,15 +14,32 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   contractions; a few times that for beta up to 2) and output attention P (|entries| <= |scale|) are
   stored in fp16 as they are (inputs that make the recurrence itself blow up, beta far above 2 or
   growing gates g > 0, would overflow there: NaN, never a quiet error);
-* the state, the values and everything linear in them (Z, U) are carried at a scale sigma, a power of
-  two, so that they stay near 1: the walk holds S^ = sigma S, reads v^ = sigma v, writes o = o^ / sigma
-  and stores S = S^ / sigma at the end. Powers of two scale fp32 values exactly, so the scaling itself
-  changes no number.
-* Per chunk: zeta <= 1 brings this chunk's values to |v^ zeta| <= 1 before Z is formed (a value that
-  jumps by any factor stays in range); after the update, rho (at most 4) brings the decayed old state
-  back to <= 1, from the state's maximum at the chunk's start (a reduction that runs beside the
-  chunk's products: it is needed only at the chunk's end). The new state is then at most 1 plus one
-  chunk's writes, far inside fp16's range; a state that shrinks is scaled back up by 4 a chunk.
+* the state, the values and everything linear in them (Z, U) go to fp16 scaled by powers of two
+  (exact in fp32: the scaling changes no number), each from the largest entry of what it scales, so
+  that its largest entry lands near 1 (its smaller ones then keep fp16's bits; a loose bound would
+  push them below fp16's normal range, 2^-14, where they lose bits: a bound up to 2^13 too large
+  doubled S's error at K = 128 in the interpreter):
+  - the walk holds S^ = sigma S (sigma a power of two per program), reads it to fp16 as it is;
+  - tau, the scale of Z = v - e^G (k S) and of the writes U = T diag(beta) Z, from this chunk's
+    max |v| and max |S| e^{G_0} (e^G <= e^{G_0} with g <= 0; |k . S_col| <= sqrt(K) max |S|, so
+    |Z tau| <= 1 + sqrt(K) and |U tau| <= BT (1 + sqrt(K)): inside fp16's range);
+  - the next sigma from the two parts of the new state, e^{G_C} max |S| and the writes' scale 1 / tau
+    (times 4: the bound in walk_chunk_f16 keeps the new S^ below 65504), so that it too lands near
+    1; a state that the delta rule erased within the chunk is brought back at the next chunk, from
+    its own maximum.
+  The maxima are two reductions (the state's at the chunk's start, the values' as they arrive) that
+  run beside the chunk's first product: the chain waits for neither. Each scale is chosen afresh from
+  true magnitudes, so nothing drifts: 1e-30 or 1e30, a jump inside a sequence, a state erased by the
+  delta rule or forgotten by a gate are all scaled to near 1 (growing gates, g > 0, break the first
+  bound; the contract is g <= 0).
+  In the interpreter (K = V = 32, 256 tokens) v and S0 scaled anywhere from 1e-30 to 1e36, v = 0 on
+  a random state (the delta rule erasing it), values that jump by 3e4 or 1e16 after zeros, a gate
+  that forgets with values 1e8 smaller after it: o within bf16's rounding, S 3.6e-4 to 1.0e-3.
+  One limit is left: inside one chunk, a row of Z or U more than 2^14 below the chunk's largest (a
+  gate that forgets mid-chunk followed by values 10^4 smaller than those before) keeps fewer bits;
+  the tensor's error in norm does not move, those rows' own relative error does.
+  operands="bf16_parts" (16 bits, bf16's range) has no such limit.
+The knobs of the split walk (fused, q_late, walk_loads) do not apply here.
 """
 from __future__ import annotations
 
@@ -36,10 +53,11 @@ from .wy import load_chunk
 @triton.jit
 def pow2_below_inverse(m):
     """A power of two p with m p in [1/2, 1) for normal m > 0 (from m's exponent bits, exact),
-    clamped to 2^-100 .. 2^99 (p = 2^99 for m = 0)."""
+    within fp32's normal range (2^-126 .. 2^125); 1 for m = 0 (nothing to scale). The walk's ratios of
+    two such scales stay near 1: each follows the magnitudes it scales."""
     e = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.minimum(tl.maximum(e, -100), 99)
-    return ((126 - e) << 23).to(tl.float32, bitcast=True)
+    e = tl.minimum(tl.maximum(e, -126), 125)
+    return tl.where(m == 0.0, 1.0, ((126 - e) << 23).to(tl.float32, bitcast=True))
 
 
 @triton.jit
@@ -50,13 +68,20 @@ def to_f16(x, F16_DOT: tl.constexpr):
 
 
 @triton.jit
+def tile_max(x):
+    """max |x| over a 2-D tile (a scalar)."""
+    return tl.max(tl.max(tl.abs(x), axis=1), axis=0)
+
+
+@triton.jit
 def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT_DTYPE: tl.constexpr,
                    F16_DOT: tl.constexpr, TMA: tl.constexpr = False):
-    """Chunk c of the walk from S^ = sigma S (b_S [BK, BV] fp32, b_sig = sigma): writes the chunk's
-    outputs, returns (S^, sigma) after it. tensors and where as chunk_fwd._walk_chunk's (the WY pass
-    stored T diag(beta) at tb, P at attn and the l2-normalised q and k at q, k in fp16, G at Gc)."""
+    """Chunk c of the walk from S^ = sigma S (b_S [BK, BV] fp32, |entries| near 1; b_sig = sigma):
+    writes the chunk's outputs, returns (S^, sigma) after it (module docstring). tensors and where as
+    chunk_fwd._walk_chunk's (the WY pass stored T diag(beta) at tb, P at attn and the l2-normalised q
+    and k at q, k in fp16, G at Gc)."""
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     # q and k: the WY pass's l2-normalised fp16 copies (|entries| <= 1).
@@ -66,25 +91,28 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     # G as the WY pass stored it; rows past the end take G_last (identity rows).
     b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
     b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
-    # The state's largest entry at the chunk's start: needed only at its end (rho), so off the chain.
-    b_mS = tl.max(tl.max(tl.abs(b_S), axis=1), axis=0)
     b_s = to_f16(b_S, F16_DOT)
-    # zeta: this chunk's values at |v sigma zeta| <= 1 (a power of two, <= 1).
-    b_zeta = tl.minimum(pow2_below_inverse(tl.max(tl.max(tl.abs(b_v), axis=1), axis=0) * b_sig), 1.0)
-    # Z^ = zeta (v^ - e^G . (k_n S^)), U^ = T diag(beta) Z^: both at scale sigma zeta.
-    b_Z = b_v * (b_sig * b_zeta) - tl.dot(b_kn, b_s) * (b_zeta * tl.exp(b_G))[:, None]
+    b_kS = tl.dot(b_kn, b_s)                                          # k_n S^: scale sigma
+    # The state's largest entry in true units (beside the product above), then tau (Z's scale).
+    b_mS = tile_max(b_S) * (1.0 / b_sig)
+    # e^G <= e^{G_0} (g <= 0): the chunk's first row, a scalar load, not a reduction.
+    b_G0 = tl.load(Gc + row0 * HV + i_hv, mask=T_seq > c * BT, other=0.0)
+    b_tau = pow2_below_inverse(tl.maximum(tile_max(b_v), b_mS * tl.exp(b_G0)))
+    # Z tau = v tau - e^G (k_n S^) tau / sigma;  U tau = T diag(beta) (Z tau)
+    b_Z = b_v * b_tau - b_kS * (tl.exp(b_G) * (b_tau / b_sig))[:, None]
     b_T = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
     b_U = tl.dot(b_T, to_f16(b_Z, F16_DOT))
-    # o = (scale e^G . (q_n S^) + P U^ / zeta) / sigma
+    # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
     b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
-    b_o = tl.dot(b_qn, b_s) * (scale * b_zeta * tl.exp(b_G))[:, None]
-    b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / (b_sig * b_zeta))   # powers of two: exact
+    b_o = tl.dot(b_qn, b_s) * (scale * tl.exp(b_G) * (b_tau / b_sig))[:, None]
+    b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / b_tau)         # powers of two: exact
     store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
-    # S^ <- rho (e^{G_C} zeta S^ + k_n^T (e^{G_C - G} . U^)), now at scale sigma zeta rho.
-    b_gamma = tl.exp(b_G_last) * b_zeta
-    # rho <= 4, and sigma <= 2^64: a state and values that stay zero scale up no further.
-    b_rho = tl.minimum(pow2_below_inverse(b_mS * b_gamma), 4.0)
-    b_rho = tl.where(b_sig * b_zeta * b_rho > 18446744073709551616.0, 1.0, b_rho)
-    b_c = to_f16(b_U * tl.exp(b_G_last - b_G)[:, None], F16_DOT)
-    b_S = tl.dot(tl.trans(b_kn), b_c, b_S * b_gamma) * b_rho
-    return b_S, b_sig * b_zeta * b_rho
+    # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma, which
+    # brings the larger of the decayed state and 4 / tau (the writes' scale: U tau is near Z tau,
+    # below 1 + sqrt(K); each entry of k_n^T U tau is at most BT |U tau|, so the new S^ stays below
+    # 1 + BT^2 (1 + sqrt(K)) / 4, 65504 at most at BT = 64, K = 256) to [1/2, 1).
+    b_gamma = tl.exp(b_G_last)
+    b_Uc = b_U * tl.exp(b_G_last - b_G)[:, None]
+    b_sig_next = pow2_below_inverse(tl.maximum(b_gamma * b_mS, 4.0 / b_tau))
+    b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * (b_gamma * (b_tau / b_sig))) * (b_sig_next / b_tau)
+    return b_S, b_sig_next
