@@ -23,21 +23,25 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   - tau, the scale of Z = v - e^G (k S) and of the writes U = T diag(beta) Z, from this chunk's
     max |v| and max |S| e^{G_0} (e^G <= e^{G_0} with g <= 0; |k . S_col| <= sqrt(K) max |S|, so
     |Z tau| <= 1 + sqrt(K) and |U tau| <= BT (1 + sqrt(K)): inside fp16's range);
-  - the next sigma from the two parts of the new state, e^{G_C} max |S| and the writes' scale 1 / tau
-    (times 4: the bound in walk_chunk_f16 keeps the new S^ below 65504), so that it too lands near
-    1; a state that the delta rule erased within the chunk is brought back at the next chunk, from
-    its own maximum.
-  The maxima are two reductions (the state's at the chunk's start, the values' as they arrive) that
-  run beside the chunk's first product: the chain waits for neither. Each scale is chosen afresh from
-  true magnitudes, so nothing drifts: 1e-30 or 1e30, a jump inside a sequence, a state erased by the
-  delta rule or forgotten by a gate are all scaled to near 1 (growing gates, g > 0, break the first
-  bound; the contract is g <= 0).
-  In the interpreter (K = V = 32, 256 tokens) v and S0 scaled anywhere from 1e-30 to 1e36, v = 0 on
-  a random state (the delta rule erasing it), values that jump by 3e4 or 1e16 after zeros, a gate
-  that forgets with values 1e8 smaller after it: o within bf16's rounding, S 3.6e-4 to 1.0e-3.
-  One limit is left: inside one chunk, a row of Z or U more than 2^14 below the chunk's largest (a
-  gate that forgets mid-chunk followed by values 10^4 smaller than those before) keeps fewer bits;
-  the tensor's error in norm does not move, those rows' own relative error does.
+  - the next sigma from the two parts of the new state, e^{G_C} max |S| and 4 max |U| (the new S^
+    then stays below 1 + BT / 4), so that the larger lands near 1.
+  Ratios of scales meet e^G inside one exponent (exp2(G log2 e + log2 tau - log2 sigma)): a gate
+  that forgets (G < -88) would otherwise overflow the ratio alone. The maxima are three reductions
+  (the state's at the chunk's start and the values' beside the first product, the writes' beside
+  the last): the chain waits for none. Each scale is chosen afresh from true magnitudes, so nothing
+  drifts: 1e-30 or 1e30, a jump inside a sequence, a state erased by the delta rule or forgotten by a
+  gate, at a chunk's start or late in it, are all scaled to near 1 (growing gates, g > 0, break the
+  first bound; the contract is g <= 0).
+  In the interpreter (K = V = 32, 256 tokens; tests/ops/triton/test_walk_f16.py) v and S0 scaled
+  anywhere from 1e-30 to 1e36, values that jump by 3e4 or 1e16 after zeros, a gate that forgets (at a
+  chunk's first token or its last, or at -100) with values 1e6-1e8 smaller after it: o within
+  bf16's rounding (3.3-3.5e-3 at these dims), S 3.7-4.1e-4; v = 0 on a random state (the delta rule
+  erasing it) S 1.0e-3.
+  One limit is left: inside one chunk, a row of Z or U far below the chunk's largest keeps fewer
+  bits (from ~2^14 below, fp16's normal range). That takes a gate that forgets mid-chunk a state
+  ~1e5 or more larger than the values after it: with S0 x 1e6 and g = -60 at a chunk's second token
+  the rows after it came out 7e-2 off, and the chunks after it 1.7e-2 (the state is rebuilt from
+  those rows); the tensor's error in norm stays small only while the large rows dominate it.
   operands="bf16_parts" (16 bits, bf16's range) has no such limit.
 The knobs of the split walk (fused, q_late, walk_loads) do not apply here.
 """
@@ -58,6 +62,19 @@ def pow2_below_inverse(m):
     e = ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.minimum(tl.maximum(e, -126), 125)
     return tl.where(m == 0.0, 1.0, ((126 - e) << 23).to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def log2_pow2(p):
+    """log2 of a normal power of two p (its exponent bits, exact, as fp32)."""
+    return (((p.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127).to(tl.float32)
+
+
+@triton.jit
+def pow2_of(d):
+    """2^d for integer-valued d, clamped to fp32's normal range (2^-126 .. 2^127)."""
+    e = tl.minimum(tl.maximum(d, -126.0), 127.0).to(tl.int32)
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -98,21 +115,25 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     # e^G <= e^{G_0} (g <= 0): the chunk's first row, a scalar load, not a reduction.
     b_G0 = tl.load(Gc + row0 * HV + i_hv, mask=T_seq > c * BT, other=0.0)
     b_tau = pow2_below_inverse(tl.maximum(tile_max(b_v), b_mS * tl.exp(b_G0)))
+    # e^G tau / sigma as one exponent: the ratio alone overflows fp32 where a gate forgets (G < -88)
+    # a state far larger than the values.
+    b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
+    b_eG = tl.exp2(b_G * 1.4426950408889634 + b_ld)
     # Z tau = v tau - e^G (k_n S^) tau / sigma;  U tau = T diag(beta) (Z tau)
-    b_Z = b_v * b_tau - b_kS * (tl.exp(b_G) * (b_tau / b_sig))[:, None]
+    b_Z = b_v * b_tau - b_kS * b_eG[:, None]
     b_T = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
     b_U = tl.dot(b_T, to_f16(b_Z, F16_DOT))
     # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
     b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
-    b_o = tl.dot(b_qn, b_s) * (scale * tl.exp(b_G) * (b_tau / b_sig))[:, None]
+    b_o = tl.dot(b_qn, b_s) * (scale * b_eG)[:, None]
     b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / b_tau)         # powers of two: exact
     store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
-    # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma, which
-    # brings the larger of the decayed state and 4 / tau (the writes' scale: U tau is near Z tau,
-    # below 1 + sqrt(K); each entry of k_n^T U tau is at most BT |U tau|, so the new S^ stays below
-    # 1 + BT^2 (1 + sqrt(K)) / 4, 65504 at most at BT = 64, K = 256) to [1/2, 1).
+    # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma: from the
+    # new state's two parts, the decayed state and 4 max |U| (each entry of k_n^T U is at most BT
+    # |U|, so the new S^ stays below 1 + BT / 4), so that the larger lands in [1/2, 1). The writes'
+    # maximum is a reduction beside the product.
     b_gamma = tl.exp(b_G_last)
     b_Uc = b_U * tl.exp(b_G_last - b_G)[:, None]
-    b_sig_next = pow2_below_inverse(tl.maximum(b_gamma * b_mS, 4.0 / b_tau))
-    b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * (b_gamma * (b_tau / b_sig))) * (b_sig_next / b_tau)
-    return b_S, b_sig_next
+    b_sig_next = pow2_below_inverse(tl.maximum(b_gamma * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+    b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * tl.exp2(b_G_last * 1.4426950408889634 + b_ld))
+    return b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)), b_sig_next

@@ -53,6 +53,8 @@ MAGNITUDES = {
     "v x 1e-7, no S0": (1e-7, None, None), "v jumps x 3e4 mid-sequence": (1.0, 1.0, "jump"),
     "v zero, then x 1e16": (1.0, None, "zeros then big"), "a gate forgets, then v x 1e-8": (1.0, None, "forget"),
     "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, None), "zeros": (0.0, 0.0, None),
+    "a gate of -100 forgets S0 x 1e10, v x 1e-30": (1e-30, 1e10, "deep forget"),
+    "a gate forgets at a chunk's last token, then v x 1e-6": (1.0, None, "late forget"),
 }
 
 
@@ -76,6 +78,13 @@ def test_fp16_walk_scales_any_magnitude(case):
         g = g.clone()
         g[:, 64] = -60.0
         v[:, 64:] *= 1e-8
+    elif other == "deep forget":             # e^G below fp32's range: the scales' ratio must not be
+        g = g.clone()
+        g[:, 0] = -100.0
+    elif other == "late forget":             # the next chunk's scale comes from the writes, not the start
+        g = g.clone()
+        g[:, 63] = -60.0
+        v[:, 32:] *= 1e-6
     v, S0 = v.to(torch.bfloat16), None if s_scale is None else S0 * s_scale
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
@@ -85,7 +94,7 @@ def test_fp16_walk_scales_any_magnitude(case):
         assert not o.any() and not S.any()
         return
     assert rel_err(o, o_ref) < 1e-2 and rel_err(S, S_ref) < 1.5e-3, (rel_err(o, o_ref), rel_err(S, S_ref))
-    if other == "forget":
+    if other in ("forget", "late forget"):
         assert rel_err(o[:, 64:], o_ref[:, 64:]) < 1e-2
 
 
