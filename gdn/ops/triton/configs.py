@@ -2,8 +2,8 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v11 in benchmarks/NOTES.md, measured correct and fastest on an
-H200): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
+"default" is the launcher's defaults (v11-v13 in benchmarks/NOTES.md, measured correct and fastest on
+an H200; the fp16 walk's scaling as fixed after v13's review has not yet run on one): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
 products take one fp16 operand each, the state and values scaled by powers of two (walk_f16; with
 l2norm, else the bf16-split walk of v10: every computed fp32 operand cut into two bf16 parts, each
 product of parts as one matrix product), its tiles moved by TMA at one program an SM, and on a GPU,

@@ -80,7 +80,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
-    v5 to v8; gdn/ops/triton/configs.py). bf16 inputs take the split paths, where every product runs on
+    v5 to v13; gdn/ops/triton/configs.py), except the fp16 walk's scaling as fixed after v13's review,
+    which is interpreter-tested and compile-reported only (NOTES.md v13). bf16 inputs take the split
+    paths (with l2norm, the walk on fp16 operands: ``operands``), where every product runs on
     bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
     ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
     exact as fp32, when the walk is not split and so keeps fp32),
