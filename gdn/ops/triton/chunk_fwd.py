@@ -33,12 +33,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import load_rows, row_tile, row_vec, rows_block, rows_desc, store_rows
+from .addressing import load_rows, row_tile, rows_block, rows_desc, store_rows
 from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
-from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts
-from .walk_f16 import pow2_below_inverse, tile_max, walk_chunk_f16
-from .wy import load_chunk, load_chunk_square
+from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts, tile_max
+from .walk_f16 import pow2_below_inverse, walk_chunk_f16
+from .wy import counting_head, load_chunk, load_chunk_decays, load_chunk_square
 
 
 @triton.jit
@@ -151,10 +151,8 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         b_u = tl.load(rows_block(u, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV), boundary_check=(0, 1),
                       padding_option="zero")
     if SPLIT > 0:
-        if ATTN_IN:
-            # G as the WY pass stored it (no scan here); rows past the end take G_last (identity rows).
-            b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
-            b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
+        if ATTN_IN:     # G as the WY pass stored it (no scan here)
+            b_G, b_G_last = load_chunk_decays(Gc, row0, c * BT, T_seq, i_hv, HV, BT, o_t, m_t)
         else:
             b_G_last = tl.sum(b_g, axis=0)
             b_G = tl.cumsum(b_g, axis=0)
@@ -346,7 +344,7 @@ def _chunk_fwd_kernel(
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
     # F16: the WY pass counts each group of value heads (which share q and k, stored by the first).
     COUNTED: tl.constexpr = HV // H if F16 else 1
-    i_count = i_hv // COUNTED * COUNTED
+    i_count = counting_head(i_hv, H, HV, F16)
     if WAIT:
         # One pipelined loop (v9): the loads of chunk c + 1 are issued while chunk c is formed (AHEAD,
         # the pipeline's stages, bounds how far ahead), so chunk c waits for the group of chunk

@@ -213,6 +213,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     NT = triton.cdiv(T, BT)
     # Triton's CPU interpreter multiplies 16-bit tiles wrongly (it reads their raw bits): upcast there.
     dot_dtype = tl.float32 if triton_interpreting() else _TL_DTYPES[q.dtype]
+    f16_dot = tl.float32 if triton_interpreting() else tl.float16      # the fp16 operands' dtype, likewise
     common = dict(H=H, HV=HV, K=K, V=V, BT=BT, BK=BK, USE_L2NORM=use_qk_l2norm, PRECISION=precision,
                   DOT_DTYPE=dot_dtype, num_warps=num_warps, num_stages=num_stages)
     dummy = o
@@ -330,14 +331,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=tl.float32 if triton_interpreting() else tl.float16,
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot,
             **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
+    walk_q, walk_k = (qn, kn) if f16 else (q, k)      # the fp16 walk reads the WY pass's normalised copies
     tma = ((fused_walk or (f16 and BV <= 32)) if walk_tma is None else walk_tma and t_in and not ring) and \
-        _tma_ready(qn if f16 else q, kn if f16 else k, v, o)
+        _tma_ready(walk_q, walk_k, v, o)
     if tma and q.is_cuda and not triton_interpreting():
         _ensure_allocator()
 
@@ -355,7 +357,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
         _chunk_fwd_kernel[(NV * N * HV, P)](
-            qn if f16 else q, kn if f16 else k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
+            walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
             dummy if done is None else done, scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV,
@@ -365,7 +367,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             HAS_MAPS=P > 1, ATTN_IN=attn_in, T_IN=t_in,
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
-            Q_LATE=q_late, F16=f16, F16_DOT=tl.float32 if triton_interpreting() else tl.float16,
+            Q_LATE=q_late, F16=f16, F16_DOT=f16_dot,
             **walk_launch)
 
     def output_pass(c_first, c_end, ring_base):

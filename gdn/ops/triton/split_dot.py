@@ -204,3 +204,16 @@ def dot_f16x2(a, b, F16_DOT: tl.constexpr):
     r = tl.dot(a_2, b_1)
     r = tl.dot(a_1, b_2, r)
     return tl.dot(a_1, b_1, r)
+
+
+@triton.jit
+def to_f16(x, F16_DOT: tl.constexpr):
+    """x rounded to fp16, as the matrix units take it (F16_DOT: fp16; fp32 in Triton's interpreter,
+    whose 16-bit products read raw bits: the values are still rounded to fp16)."""
+    return x.to(tl.float16).to(F16_DOT)
+
+
+@triton.jit
+def tile_max(x):
+    """max |x| over a 2-D tile (a scalar): what decides an fp16 operand's range."""
+    return tl.max(tl.max(tl.abs(x), axis=1), axis=0)

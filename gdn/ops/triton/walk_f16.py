@@ -50,8 +50,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import load_rows, row_vec, store_rows
-from .wy import load_chunk
+from .addressing import load_rows, store_rows
+from .split_dot import tile_max, to_f16
+from .wy import load_chunk, load_chunk_decays
+
+_LOG2E = tl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
 
 
 @triton.jit
@@ -78,19 +81,6 @@ def pow2_of(d):
 
 
 @triton.jit
-def to_f16(x, F16_DOT: tl.constexpr):
-    """x rounded to fp16, as the matrix units take it (F16_DOT: fp16; fp32 in Triton's interpreter,
-    whose 16-bit products read raw bits: the values are still rounded to fp16)."""
-    return x.to(tl.float16).to(F16_DOT)
-
-
-@triton.jit
-def tile_max(x):
-    """max |x| over a 2-D tile (a scalar)."""
-    return tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-
-
-@triton.jit
 def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT_DTYPE: tl.constexpr,
@@ -105,9 +95,7 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_qn, b_kn, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
         q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, False, F16_DOT, True, rq, rk, True, TMA)
     b_v = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA).to(tl.float32)
-    # G as the WY pass stored it; rows past the end take G_last (identity rows).
-    b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - c * BT) - 1) * HV + i_hv)
-    b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
+    b_G, b_G_last = load_chunk_decays(Gc, row0, c * BT, T_seq, i_hv, HV, BT, o_t, m_t)
     b_s = to_f16(b_S, F16_DOT)
     b_kS = tl.dot(b_kn, b_s)                                          # k_n S^: scale sigma
     # The state's largest entry in true units (beside the product above), then tau (Z's scale).
@@ -118,7 +106,7 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     # e^G tau / sigma as one exponent: the ratio alone overflows fp32 where a gate forgets (G < -88)
     # a state far larger than the values.
     b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
-    b_eG = tl.exp2(b_G * 1.4426950408889634 + b_ld)
+    b_eG = tl.exp2(b_G * _LOG2E + b_ld)
     # Z tau = v tau - e^G (k_n S^) tau / sigma;  U tau = T diag(beta) (Z tau)
     b_Z = b_v * b_tau - b_kS * b_eG[:, None]
     b_T = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
@@ -135,5 +123,5 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_gamma = tl.exp(b_G_last)
     b_Uc = b_U * tl.exp(b_G_last - b_G)[:, None]
     b_sig_next = pow2_below_inverse(tl.maximum(b_gamma * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
-    b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * tl.exp2(b_G_last * 1.4426950408889634 + b_ld))
+    b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * tl.exp2(b_G_last * _LOG2E + b_ld))
     return b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)), b_sig_next

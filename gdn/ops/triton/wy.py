@@ -22,7 +22,7 @@ import triton.language as tl
 from ..common import L2NORM_EPS
 from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
-from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts
+from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -75,6 +75,25 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
     b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
     return b_q.to(DOT_DTYPE), b_k.to(DOT_DTYPE), b_rq, b_rk, b_g, b_beta, row0, o_t, m_t
+
+
+@triton.jit
+def load_chunk_decays(Gc, row0, t0, T_seq, i_hv, HV: tl.constexpr, BT: tl.constexpr, o_t, m_t):
+    """A chunk's cumulative log-decays G [BT] as this pass stored them (store G_out) and G_last, its
+    last token's; rows past the sequence's end take G_last (identity rows)."""
+    b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - t0) - 1) * HV + i_hv)
+    b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
+    return b_G, b_G_last
+
+
+@triton.jit
+def counting_head(i_hv, H: tl.constexpr, HV: tl.constexpr, SHARED_QK: tl.constexpr):
+    """The head whose done count (SIGNAL / the walk's WAIT) chunks of value head i_hv add to and wait
+    on: i_hv itself, or with SHARED_QK (the fp16 walk, whose q and k the first value head of each
+    group stores) the group's first, which then counts HV // H per chunk."""
+    if SHARED_QK:
+        return i_hv // (HV // H) * (HV // H)
+    return i_hv
 
 
 @triton.jit
@@ -148,7 +167,7 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     if INVERSE == "blocks_f16":
         # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
         # tf32x3: a chunk whose beta exceeds 1 or whose gates grow (g > 0) takes the wide range.
-        if tl.max(tl.max(tl.abs(b_A), axis=1), axis=0) <= 1.0:
+        if tile_max(b_A) <= 1.0:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
         else:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
@@ -388,8 +407,7 @@ def wy_kernel(
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()
-            # F16: the group's first value head counts for the whole group (it stores their q and k).
-            i_count = i_hv // (HV // H) * (HV // H) if F16 else i_hv
+            i_count = counting_head(i_hv, H, HV, F16)
             tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_count, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
