@@ -11,8 +11,9 @@ Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains one of these "|"-separated texts
-    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section; GDN_HOST_SHAPE "BxT" of the host
-                         section; GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
+    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section (GDN_TIME_DTYPE its inputs' dtype,
+                         default bfloat16); GDN_HOST_SHAPE "BxT" of the host section;
+                         GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
                          and end in one call; GDN_ONCE the once section's shape
 """
@@ -163,6 +164,9 @@ def correctness() -> None:
     check("bf16 B8 T4k (wide blocks)", 8, 4096, torch.bfloat16)
     check("fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7)
     check("fp16 B2 T300", 2, 300, torch.float16)
+    check("fp16 B1 T32k long memory", 1, 32768, torch.float16, gates="long")
+    check("fp16 B8 T4k (wide blocks)", 8, 4096, torch.float16)
+    check("fp16 B2 T300 without the fp16 walk (tf32)", 2, 300, torch.float16, **CONFIGS["v2"])
     check("bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16)
     # Four sequences leave the walk narrow (fused, TMA): descriptors of an empty and a 1-token sequence.
     cu4 = torch.tensor([0, 0, 3000, 3001, 8192], device="cuda", dtype=torch.int32)
@@ -191,8 +195,10 @@ def selected_configs():
 
 
 def bf16_problem(B, T):
-    """q, k, v, g, beta of the timing sections: bf16 inputs at H, HV, K, V of this script."""
-    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=torch.bfloat16)
+    """q, k, v, g, beta of the timing sections: bf16 inputs (GDN_TIME_DTYPE: another dtype, e.g.
+    float16) at H, HV, K, V of this script."""
+    dtype = getattr(torch, os.environ.get("GDN_TIME_DTYPE", "bfloat16"))
+    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype)
 
 
 def forward_call(inputs, config, cu=None):
@@ -221,7 +227,7 @@ def timing() -> None:
     nears the first, the launches, not the kernels, set the pace."""
     spec = os.environ.get("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
     shapes = parse_shapes(spec.replace(";", ","))
-    print("\nconfig timing (fwd, bf16, l2norm, final state; median ms of do_bench)")
+    print(f"\nconfig timing (fwd, {os.environ.get('GDN_TIME_DTYPE', 'bfloat16')}, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<22}" + "".join(f"{label:>15}" for label, *_ in shapes))
     for cname, kw in selected_configs().items():
         cells = []

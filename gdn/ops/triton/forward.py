@@ -48,7 +48,7 @@ def _tma_ready(*tensors) -> bool:
     or the interpreter): starts and rows in 16-byte multiples."""
     if not all(t.data_ptr() % 16 == 0 and t.shape[-1] * t.element_size() % 16 == 0 for t in tensors):
         return False
-    return triton_interpreting() or torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+    return triton_interpreting() or (tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9)
 
 
 def _ensure_allocator() -> None:
@@ -80,10 +80,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
-    v5 to v13; gdn/ops/triton/configs.py), except the fp16 walk's scaling as fixed after v13's review,
-    which is interpreter-tested and compile-reported only (NOTES.md v13). bf16 inputs take the split
-    paths (with l2norm, the walk on fp16 operands: ``operands``), where every product runs on
-    bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
+    v5 to v14; gdn/ops/triton/configs.py). bf16 inputs take the split paths (with l2norm, the walk
+    on fp16 operands: ``operands``; fp16 inputs with l2norm take that walk too, v14), where every
+    product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
     ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
     exact as fp32, when the walk is not split and so keeps fp32),
     ``state_split`` (2: 16 bits of the state, where tf32 keeps 11) for the state walk and the
@@ -122,9 +121,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     5-7% faster at B = 1), True wherever the walk forms the writes from T diag(beta), False nowhere.
     ``q_late`` loads q in the walk right before its product (not yet measured on a GPU).
     ``operands`` the walk's matrix operands where it forms the writes from T diag(beta) (bf16 inputs,
-    one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits) or "fp16" (one fp16
-    operand, 11 bits, the state and values scaled by powers of two: gdn.ops.triton.walk_f16; needs
-    use_qk_l2norm and |scale| <= 256). None (default): "fp16" wherever it applies (v11).
+    one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits; bf16 inputs only)
+    or "fp16" (one fp16 operand, 11 bits, the state and values scaled by powers of two:
+    gdn.ops.triton.walk_f16; needs use_qk_l2norm and |scale| <= 256; bf16 or fp16 inputs). None
+    (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
+    their tf32 walk on an H200). On a GPU, w stored as two bf16 parts (segments, factors "wu")
+    takes three at chunk size 64 with K < 64, where two gave wrong results (v14).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -170,11 +172,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
-    is_bf16 = q.dtype == torch.bfloat16
-    state_split = state_split if is_bf16 and not fast_dots and wy_dtype == torch.float32 else 0
+    if operands == "bf16_parts" and q.dtype != torch.bfloat16:
+        raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
+    # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
+    # fp16 and v as it is (their values are not sums of bf16 parts, which the bf16-split walk needs).
+    f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and use_qk_l2norm and abs(scale) <= 256
+                  and outputs == "walk" and attention == "stored" and factors != "wu" and wy_split != 0
+                  and num_segments in (None, 1))
+    split_inputs = q.dtype == torch.bfloat16 or f16_inputs
+    state_split = state_split if split_inputs and not fast_dots and wy_dtype == torch.float32 else 0
+    wy_split_given = wy_split is not None
     if wy_split is None:
         wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
-    wy_split = wy_split if is_bf16 else 0
+    wy_split = wy_split if split_inputs else 0
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
@@ -221,7 +231,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
     if operands not in (None, "bf16_parts", "fp16"):
         raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
-    f16 = operands == "fp16"          # asked for; by default (None) wherever it applies, below
+    f16 = operands == "fp16" or (f16_inputs and state_split > 0)   # asked for; else wherever it applies, below
     if cu_seqlens is not None or (f16 and num_segments is None):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
@@ -245,15 +255,27 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
+    if (q.is_cuda and not triton_interpreting() and wy_split == 2 and not t_in and inverse != "product"
+            and BT == 64 and K < 64):
+        # On an H200 (Triton 3.6) the WY pass that stores w as two bf16 parts from the blocks_parts
+        # inverse gave wrong results at chunk size 64 with K < 64 (o 0.6-0.7 relative error at K = 16,
+        # 32, 48 in segments; right in the interpreter, with wy_split=3, with inverse="product" and at
+        # K >= 64: benchmarks/NOTES.md v14; the other inverses there not measured). Three parts there,
+        # or an error where both were asked for.
+        if wy_split_given and inverse_given:
+            raise ValueError(f"wy_split=2 with inverse={inverse!r} at chunk_size=64 and K < 64 computes wrong "
+                             "results on sm_90 with Triton 3.6; use wy_split=3 or inverse='product'")
+        wy_split = 3
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
     f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256 and outputs == "walk"
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
-        raise ValueError("operands='fp16' needs bf16 inputs, use_qk_l2norm=True, |scale| <= 256 and the walk "
-                         "that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
+        raise ValueError("operands='fp16' needs bf16 or fp16 inputs, use_qk_l2norm=True, |scale| <= 256 and the "
+                         "walk that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
                          "outputs='walk')")
+    assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
     if f16 and not inverse_given:
         # The inverse from pairs of fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere: 8-12% off
         # the whole call on an H200 (v13); T is stored at fp16's 11 bits here anyway.

@@ -118,12 +118,20 @@ def test_triton_bf16_variants(variant):
                                          seed=20 + variant, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o = torch.full_like(v, float("nan"))
-    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=32, num_segments=3, out=o, **kw)
+    args = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32,
+                num_segments=3, out=o, **kw)
+    if DEVICE == "cuda" and kw.get("block_v") == 16 and kw.get("walk_stages") == 1:
+        with pytest.raises(ValueError, match="crashes on sm_90"):     # Triton 3.6's sm_90 code for it
+            triton_forward(q, k, v, g, beta, **args)
+        return
+    o, S = triton_forward(q, k, v, g, beta, **args)
     split_walk = kw.get("state_split", 2) == 2 and not kw.get("fast_dots")
     sixteen_bits = split_walk or kw.get("wy_split", 2 if split_walk else 3) == 2
     assert_close(o, o_ref, rtol=1e-2, name="o")
-    if not kw.get("fast_dots"):          # fp32-exact paths: ~2e-7 here; 16 bits anywhere: ~1e-5
+    if not split_walk and not kw.get("fast_dots") and DEVICE == "cuda":
+        # the unsplit walk's products at tf32 (11 bits) on a GPU: ~8e-4 on an H200
+        assert_close(S, S_ref, rtol=2e-3, name="S")
+    elif not kw.get("fast_dots"):        # fp32-exact paths: ~2e-7 here; 16 bits anywhere: ~1e-5
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-6, name="S")
 
 
@@ -298,15 +306,21 @@ def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
 @pytest.mark.parametrize("C", [16, 32, 64])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, l2norm):
-    """The split path at every chunk size: 1, 2 and 4 diagonal blocks in the inverse."""
+    """The split path at every chunk size: 1, 2 and 4 diagonal blocks in the inverse. Its w parts
+    (segments) at the default wy_split: on a GPU three parts where K < 64 at chunk size 64, which
+    two parts with the blocks_parts inverse got wrong there (o 0.67 on an H200: NOTES.md v14)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 140, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=C + l2norm, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm)
-    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=l2norm, chunk_size=C, num_segments=2, **SPLIT)
+    kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=l2norm, chunk_size=C,
+              num_segments=2, **dict(SPLIT, wy_split=None))
+    o, S = triton_forward(q, k, v, g, beta, **kw)
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
+    if DEVICE == "cuda" and C == 64:
+        with pytest.raises(ValueError, match="computes wrong results on sm_90"):
+            triton_forward(q, k, v, g, beta, **dict(kw, wy_split=2))
 
 
 @pytest.mark.parametrize("factors", ["t", "wu"])
@@ -321,7 +335,7 @@ def test_triton_bf16_factors(factors, C, l2norm):
     o = torch.full_like(v, float("nan"))
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=l2norm, chunk_size=C, num_segments=1, out=o,
-                          **dict(SPLIT, factors=factors))
+                          **dict(SPLIT, factors=factors, wy_split=None))   # default parts (GPU, C = 64: three)
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     with pytest.raises(ValueError, match="factors must be"):
@@ -353,11 +367,11 @@ def test_triton_bf16_correlated_keys(factors, inverse, beta_max):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=True, chunk_size=64, num_segments=1,
-                          **dict(SPLIT, factors=factors, inverse=inverse))
+                          **dict(SPLIT, factors=factors, inverse=inverse, wy_split=None))
     if inverse == "blocks_f16":         # which inverse the chunks took: tf32x3's results, or others
         o_wide, S_wide = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
                                         use_qk_l2norm=True, chunk_size=64, num_segments=1,
-                                        **dict(SPLIT, factors=factors, inverse="blocks_parts"))
+                                        **dict(SPLIT, factors=factors, inverse="blocks_parts", wy_split=None))
         assert torch.equal(S, S_wide) == (beta_max > 1)
         if beta_max > 1:
             return

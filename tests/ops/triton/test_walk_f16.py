@@ -27,20 +27,24 @@ def _walk_flags(monkeypatch):
     return seen
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("T, H, HV, K, V, C", [(1, 1, 1, 16, 16, 16), (150, 2, 4, 32, 32, 32),
-                                              (65, 1, 2, 32, 48, 64), (200, 2, 2, 64, 64, 16)])
-def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, monkeypatch):
-    """bf16 inputs with l2norm take the fp16 walk by default: o within bf16's rounding, the state
-    within fp16's (S ~4e-4 against float64, where two bf16 parts give ~3e-5 and one bf16 part ~3e-3)."""
+                                              (65, 1, 2, 32, 48, 64), (100, 2, 2, 64, 64, 16)])
+def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype, monkeypatch):
+    """bf16 and fp16 inputs with l2norm take the fp16 walk by default: o within the inputs' rounding,
+    the state within fp16's (S ~4e-4 against float64, where two bf16 parts give ~3e-5 and one bf16
+    part ~3e-3).
+    Fewer than 8 chunks a sequence: on a GPU, longer sequences of so few heads are cut into segments,
+    which keep the bf16 parts (test_fp16_walk_where_it_does_not_apply)."""
     seen = _walk_flags(monkeypatch)
-    q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=torch.bfloat16, initial_state=True, seed=T,
+    q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=dtype, initial_state=True, seed=T,
                                          device=DEVICE)
     for h0 in (S0, None):
         o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
         o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                     use_qk_l2norm=True, chunk_size=C, backend="triton")
-        assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
-        assert_close(o, o_ref, rtol=1e-2, name="o")
+        assert o.dtype == dtype and S.dtype == torch.float32
+        assert_close(o, o_ref, rtol=1e-2 if dtype == torch.bfloat16 else 2e-3, name="o")
         assert_close(S, S_ref, rtol=1.5e-3, name="S")
     assert seen and all(seen)
 
@@ -100,7 +104,8 @@ def test_fp16_walk_scales_any_magnitude(case):
 
 def test_fp16_walk_where_it_does_not_apply(monkeypatch):
     """Without l2norm (q and k unbounded), with segments, with |scale| > 256 or outputs beside the walk
-    the default keeps the bf16 parts, and asking for fp16 there is an error naming what it needs."""
+    the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16 there is an
+    error naming what it needs."""
     from gdn.ops.triton import triton_forward
     seen = _walk_flags(monkeypatch)
     q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
@@ -114,3 +119,11 @@ def test_fp16_walk_where_it_does_not_apply(monkeypatch):
             triton_forward(q, k, v, g, beta, **{"scale": 0.25, "chunk_size": 32, "operands": "fp16", **kw})
     with pytest.raises(ValueError, match="operands must be"):
         triton_forward(q, k, v, g, beta, scale=0.25, operands="fp8")
+    # fp16 inputs: without l2norm or in segments the tf32 walk (not bf16 parts, which need bf16 values)
+    q, k, v = q.half(), k.half(), v.half()
+    seen.clear()
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
+    assert seen == [False, False]
+    with pytest.raises(ValueError, match="operands='bf16_parts' needs bf16 inputs"):
+        triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, operands="bf16_parts")
