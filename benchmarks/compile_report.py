@@ -8,6 +8,7 @@ the Triton wheel) reports registers and spills, cuobjdump the SASS.
 
     python3 benchmarks/compile_report.py                      # every variant, B1 x T32k, H200 SM count
     python3 benchmarks/compile_report.py --variants default,product --dump /tmp/gdn_asm
+    python3 benchmarks/compile_report.py --shape 1,140 --heads 1,2,32,32 --num-segments 2 --check
 
 Columns: w (warps), regs (per thread, 255 at most), spill st/ld (bytes a thread, ptxas -v), stack
 (bytes of local memory a thread), smem (bytes of shared memory a program; "!" past the 227 KiB one
@@ -16,7 +17,8 @@ memory), HGMMA (warpgroup MMAs, how many take bf16 / tf32 operands), HMMA (mma.s
 (local-memory loads/stores in the SASS: spills and register arrays), cvt (ttg.convert_layout ops in
 the TTGIR: register shuffles, mostly through shared memory), instr (SASS instructions), loop
 (instructions / HGMMA / LDL+STL in the largest loop body: one chunk of the state walk or segment
-maps, their critical path), ser (ptxas reports wgmma serialized for lack of registers).
+maps, their critical path), ser (ptxas reports wgmma serialized for lack of registers), ur? (reads
+of uniform registers that nothing wrote before: a miscompile, see undefined_uniform_reads; must be 0).
 """
 from __future__ import annotations
 
@@ -147,11 +149,36 @@ def sass_info(cubin):
     return count(instrs), count([i for i in instrs if loop[0] <= i[0] <= loop[1]]), sass
 
 
+# Instructions whose first operand is read, not written (stores, barriers, branches, the MMAs).
+_NO_DEST = ("HGMMA", "STS", "ST", "BAR", "WARPGROUP", "LDSM", "LDS", "STSM", "BRA", "EXIT", "RED", "ATOM")
+
+
+def undefined_uniform_reads(sass):
+    """(address, opcode) of each read of a uniform register (URn) that no earlier instruction, in
+    address order, writes. ptxas (Triton 3.6) emitted such reads as the base of a wgmma's shared-memory
+    descriptor in the WY pass at chunk 64 and K < 64: wrong results on an H200, no fault
+    (benchmarks/NOTES.md v14). A linear scan, so a register first written later in a loop body would
+    also count; every kernel of the default configurations scans empty."""
+    written, bad = set(), []
+    for addr, op, rest in _SASS_LINE.findall(sass):
+        operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
+        dests, srcs = ([], operands) if op.startswith(_NO_DEST) else (operands[:1], operands[1:])
+        if not op.startswith("HGMMA"):
+            bad += [(addr, op) for src in srcs for r in re.findall(r"\bUR(\d+)\b", src) if int(r) not in written]
+        for dest in dests:
+            for r in re.findall(r"\bUR(\d+)\b", dest):
+                written.add(int(r))
+                if ".64" in op or ".WIDE" in op:        # a register pair
+                    written.add(int(r) + 1)
+    return bad
+
+
 def analyse(ck, arch):
     info = ptxas_info(ck.asm["ptx"], arch)
     total, loop, sass = sass_info(ck.asm["cubin"])
     ttgir = ck.asm["ttgir"]
     info.update(smem=ck.metadata.shared, warps=ck.metadata.num_warps, total=total, loop=loop, sass=sass,
+                undefined_ur=len(undefined_uniform_reads(sass)),
                 cvt=ttgir.count("ttg.convert_layout"),
                 wgmma_ptx=len(re.findall(r"wgmma\.mma_async", ck.asm["ptx"])),
                 mma_ptx=len(re.findall(r"\bmma\.sync", ck.asm["ptx"])))
@@ -177,12 +204,13 @@ def row(variant, name, grid, r):
     occ = programs_per_sm(r["regs"], r["warps"], r["smem"])
     return (f"{variant:<18}{name:<22}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
             f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{smem:>8}{occ:>4} {hg:<16}{t['HMMA']:>5}"
-            f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}")
+            f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}"
+            f"{r['undefined_ur']:>4}")
 
 
 HEADER = (f"{'variant':<18}{'kernel':<22}{'grid':<15}{'w':>3}{'regs':>5}{'spill st/ld':>14}{'stack':>6}"
           f"{'smem':>8}{'occ':>4} {'HGMMA (bf16/tf32)':<16}{'HMMA':>5}{'LDL/STL':>12}{'cvt':>4}{'instr':>7}"
-          f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}")
+          f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}{'ur?':>4}")
 
 
 def main(argv=None):
@@ -199,6 +227,9 @@ def main(argv=None):
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
     ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
     ap.add_argument("--ptxas-log", action="store_true", help="print ptxas -v output of each kernel")
+    ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a kernel reads a uniform register nothing wrote (the ur? column)")
     args = ap.parse_args(argv)
     B, T = (int(x) for x in args.shape.split(","))
     H, HV, K, V = (int(x) for x in args.heads.split(","))
@@ -206,6 +237,8 @@ def main(argv=None):
     arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
     dtype = getattr(torch, args.dtype)
     problem = dict(dtype=dtype, packed=args.packed, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm)
+    if args.num_segments is not None:
+        problem["num_segments"] = args.num_segments
     packed = f" packed as {args.packed} sequences" if args.packed else ""
     print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}{packed}, "
           f"H={H} HV={HV} K={K} V={V} {args.dtype}, chunk {args.chunk}, "
@@ -229,6 +262,10 @@ def main(argv=None):
                     (out / f"{fn.__name__}.{ext}").write_text(ck.asm[ext])
                 (out / f"{fn.__name__}.sass").write_text(r["sass"])
                 (out / f"{fn.__name__}.ptxas.log").write_text(r["log"])
+    bad = sum(r["undefined_ur"] for r in seen.values())
+    if args.check and bad:
+        print(f"{bad} reads of uniform registers that nothing wrote (ur?): a miscompile")
+        return 1
     return 0
 
 

@@ -259,9 +259,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             and BT == 64 and K < 64):
         # On an H200 (Triton 3.6) the WY pass that stores w as two bf16 parts from the blocks_parts
         # inverse gave wrong results at chunk size 64 with K < 64 (o 0.6-0.7 relative error at K = 16,
-        # 32, 48 in segments; right in the interpreter, with wy_split=3, with inverse="product" and at
-        # K >= 64: benchmarks/NOTES.md v14; the other inverses there not measured). Three parts there,
-        # or an error where both were asked for.
+        # 32, 48 in segments; right with wy_split=3 at K = 32: benchmarks/NOTES.md v14). The cause,
+        # a ptxas miscompile of those products' wgmma, is avoided in wy._t_times_columns (the SASS
+        # scan of tests/ops/triton/test_compiled.py); three parts stay here until a GPU confirms it.
         if wy_split_given and inverse_given:
             raise ValueError(f"wy_split=2 with inverse={inverse!r} at chunk_size=64 and K < 64 computes wrong "
                              "results on sm_90 with Triton 3.6; use wy_split=3 or inverse='product'")

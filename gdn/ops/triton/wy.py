@@ -254,6 +254,19 @@ def load_chunk_square(p, p2, tok0, i_hv, T_seq, t0, HV: tl.constexpr, BT: tl.con
 
 
 @triton.jit
+def _t_times_columns(b_Tx, b_x, NSPLIT: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """b_Tx [BT, BT] fp32 (cut into NSPLIT bf16 parts) @ b_x [BT, BC] in DOT_DTYPE: BC columns of u or
+    w. At BT = 64 and BC < 64 as the transposed product (b_x^T b_Tx^T)^T, which runs on mma.sync: the
+    direct one's wgmma (m64n32k16, B from shared memory) came out of ptxas (Triton 3.6) reading a
+    uniform register that nothing writes, so k-steps 2-4 read B from a wrong address: o 0.6-0.7
+    relative error on an H200 at K < 64 (benchmarks/NOTES.md v14; compile_report.py's "ur?" column
+    finds such reads)."""
+    if BT == 64 and BC < 64:
+        return tl.trans(split_dot(tl.trans(b_x), tl.trans(b_Tx), None, NSPLIT, False, True, DOT_DTYPE))
+    return split_dot(b_Tx, b_x, None, NSPLIT, True, False, DOT_DTYPE)
+
+
+@triton.jit
 def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                      t_out, t2_out, qn_out, kn_out,
                      scale, tok0, t0, T_seq, i_h, i_hv,
@@ -325,7 +338,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         m_c = (c0 + o_c) < V
         b_v = tl.load(row_tile(v, row0, i_hv, HV, V, o_t, c0 + o_c), mask=m_t[:, None] & m_c[None, :],
                       other=0.0).to(DOT_DTYPE)
-        b_u = split_dot(b_Tu, b_v, None, NSPLIT, True, False, DOT_DTYPE)
+        b_u = _t_times_columns(b_Tu, b_v, NSPLIT, BT, BC, DOT_DTYPE)
         tl.store(row_tile(u_out, row0, i_hv, HV, V, o_t, c0 + o_c), b_u.to(u_out.dtype.element_ty),
                  mask=m_t[:, None] & m_c[None, :])
     b_Tw = b_T * (b_beta * b_rk * tl.exp(b_G))[None, :]
@@ -333,7 +346,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         m_c = (c0 + o_c) < K
         b_kc = tl.load(row_tile(k, row0, i_h, H, K, o_t, c0 + o_c), mask=m_t[:, None] & m_c[None, :],
                        other=0.0).to(DOT_DTYPE)
-        b_w = split_dot(b_Tw, b_kc, None, NSPLIT, True, False, DOT_DTYPE)
+        b_w = _t_times_columns(b_Tw, b_kc, NSPLIT, BT, BC, DOT_DTYPE)
         o_w = row_offsets(row0, i_hv, HV, K, o_t, c0 + o_c)
         store_parts(w_out + o_w, w2_out + o_w, w3_out + o_w, b_w, m_t[:, None] & m_c[None, :], W_PARTS)
 

@@ -1,0 +1,31 @@
+"""The kernels as compiled for an H100/H200 (sm_90a, by the ptxas in Triton's wheel; no GPU needed):
+no read of a uniform register that nothing wrote. ptxas of Triton 3.6 emitted such reads as the
+shared-memory base of the WY pass's wgmma at chunk 64 and K < 64, which gave wrong results on an H200
+with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles and scans; it runs in a
+process of its own, because it must compile for real where this suite sets TRITON_INTERPRET."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py"
+
+
+@pytest.mark.parametrize("heads, extra", [
+    ("1,2,32,32", ["--num-segments", "2"]),             # w in two bf16 parts (segments): was miscompiled
+    ("1,2,48,32", ["--num-segments", "2"]),             # K = 48: BK = 64, 32 columns at a time
+    ("1,2,16,16", ["--variants", "bf16 parts&v4"]),     # w and u in one segment (factors "wu")
+    ("1,2,32,32", ["--variants", "default"]),           # the fp16 walk
+])
+def test_no_uniform_register_read_before_its_write(heads, extra):
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    args = ["--shape", "1,140", "--heads", heads, "--chunk", "64", "--check"]
+    if "--variants" not in extra:
+        args += ["--variants", "default,bf16 parts"]
+    run = subprocess.run([sys.executable, str(REPORT), *args, *extra], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "wy_kernel" in run.stdout
