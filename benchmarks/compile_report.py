@@ -162,7 +162,12 @@ def undefined_uniform_reads(sass):
     written, bad = set(), []
     for addr, op, rest in _SASS_LINE.findall(sass):
         operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
-        dests, srcs = ([], operands) if op.startswith(_NO_DEST) else (operands[:1], operands[1:])
+        if op.startswith(_NO_DEST):
+            dests, srcs = [], operands
+        elif op.startswith("R2UR"):              # "R2UR P0, UR7, R2": a predicate and a register written
+            dests, srcs = operands[:-1], operands[-1:]
+        else:
+            dests, srcs = operands[:1], operands[1:]
         if not op.startswith("HGMMA"):
             bad += [(addr, op) for src in srcs for r in re.findall(r"\bUR(\d+)\b", src) if int(r) not in written]
         for dest in dests:
@@ -247,7 +252,12 @@ def main(argv=None):
     seen = {}
     for vname in args.variants.split(","):
         config_kw = config(vname)
-        for fn, grid, largs, lkw in capture_launches(B, T, H, HV, K, V, args.num_sms, **problem, **config_kw):
+        try:
+            launches = capture_launches(B, T, H, HV, K, V, args.num_sms, **{**problem, **config_kw})
+        except ValueError as err:            # a knob this problem refuses (the launcher's own error)
+            print(f"{vname:<18}refused: {err}")
+            continue
+        for fn, grid, largs, lkw in launches:
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
                 seen[ck.hash] = analyse(ck, arch)
