@@ -172,13 +172,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
+    if wy_split not in (None, 0, 2, 3):
+        raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
     if operands == "bf16_parts" and q.dtype != torch.bfloat16:
         raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
     # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
     # fp16 and v as it is (their values are not sums of bf16 parts, which the bf16-split walk needs).
     f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and use_qk_l2norm and abs(scale) <= 256
                   and outputs == "walk" and attention == "stored" and factors != "wu" and wy_split != 0
-                  and num_segments in (None, 1))
+                  and num_segments in (None, 1) and state_split == 2 and not fast_dots and wy_dtype == torch.float32)
     split_inputs = q.dtype == torch.bfloat16 or f16_inputs
     state_split = state_split if split_inputs and not fast_dots and wy_dtype == torch.float32 else 0
     wy_split_given = wy_split is not None
@@ -262,8 +264,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # 32, 48 in segments; right with wy_split=3 at K = 32: benchmarks/NOTES.md v14). The cause,
         # a ptxas miscompile of those products' wgmma, is avoided in wy._t_times_columns (the SASS
         # scan of tests/ops/triton/test_compiled.py); three parts stay here until a GPU confirms it.
-        if wy_split_given and inverse_given:
-            raise ValueError(f"wy_split=2 with inverse={inverse!r} at chunk_size=64 and K < 64 computes wrong "
+        if wy_split_given:
+            raise ValueError(f"wy_split=2 with inverse={inverse!r} at chunk_size=64 and K < 64 computed wrong "
                              "results on sm_90 with Triton 3.6; use wy_split=3 or inverse='product'")
         wy_split = 3
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
@@ -274,7 +276,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if f16 and not f16_fits:
         raise ValueError("operands='fp16' needs bf16 or fp16 inputs, use_qk_l2norm=True, |scale| <= 256 and the "
                          "walk that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
-                         "outputs='walk')")
+                         "outputs='walk', attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
+                         "wy_dtype=torch.float32)")
     assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
     if f16 and not inverse_given:
         # The inverse from pairs of fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere: 8-12% off

@@ -320,7 +320,7 @@ def test_triton_bf16_split_chunk_sizes(C, l2norm):
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-4, name="S")
     if DEVICE == "cuda" and C == 64:
-        with pytest.raises(ValueError, match="computes wrong results on sm_90"):
+        with pytest.raises(ValueError, match="computed wrong results on sm_90"):
             triton_forward(q, k, v, g, beta, **dict(kw, wy_split=2))
 
 

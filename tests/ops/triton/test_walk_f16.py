@@ -12,19 +12,24 @@ pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _walk_flags(monkeypatch):
-    """The F16 flag of every walk launch, recorded."""
+def _launch_flags(monkeypatch, kernel="_chunk_fwd_kernel", flag="F16"):
+    """A constexpr of every launch of one of the launcher's kernels, recorded."""
     import gdn.ops.triton.forward as forward
-    real, seen = forward._chunk_fwd_kernel, []
+    real, seen = getattr(forward, kernel), []
 
     class Spy:
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                seen.append(kw["F16"])
+                seen.append(kw[flag])
                 return real[grid](*args, **kw)
             return launch
-    monkeypatch.setattr(forward, "_chunk_fwd_kernel", Spy())
+    monkeypatch.setattr(forward, kernel, Spy())
     return seen
+
+
+def _walk_flags(monkeypatch):
+    """The F16 flag of every walk launch, recorded."""
+    return _launch_flags(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -124,6 +129,11 @@ def test_fp16_walk_where_it_does_not_apply(monkeypatch):
     seen.clear()
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
-    assert seen == [False, False]
+    wy_splits = _launch_flags(monkeypatch, "wy_kernel", "WY_SPLIT")
+    for kw in (dict(fast_dots=True), dict(state_split=0), dict(wy_dtype=torch.bfloat16)):     # knobs of that walk
+        triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, **kw)
+    assert seen == [False] * 5 and wy_splits == [0] * 3        # no bf16 parts of fp16-derived values
+    with pytest.raises(ValueError, match="wy_split must be"):
+        triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, wy_split=-1)
     with pytest.raises(ValueError, match="operands='bf16_parts' needs bf16 inputs"):
         triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, operands="bf16_parts")
