@@ -126,7 +126,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gdn.ops.triton.walk_f16; needs use_qk_l2norm and |scale| <= 256; bf16 or fp16 inputs). None
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
     their tf32 walk on an H200). On a GPU, w stored as two bf16 parts (segments, factors "wu")
-    takes three at chunk size 64 with K < 64, where two gave wrong results (v14).
+    takes three at chunk size 64 with K < 64, where two gave wrong results (v14; an explicit
+    wy_split=2 there is an error).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
