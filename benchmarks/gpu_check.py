@@ -11,8 +11,8 @@ Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains one of these "|"-separated texts
-    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section (GDN_TIME_DTYPE its inputs' dtype,
-                         default bfloat16); GDN_HOST_SHAPE "BxT" of the host section;
+    GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section (GDN_TIME_DTYPE the timing sections'
+                         input dtype, default bfloat16); GDN_HOST_SHAPE "BxT" of the host section;
                          GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
                          and end in one call; GDN_ONCE the once section's shape
@@ -194,11 +194,13 @@ def selected_configs():
     return {n: config(n) for n in names.split(";")} if names else CONFIGS
 
 
-def bf16_problem(B, T):
-    """q, k, v, g, beta of the timing sections: bf16 inputs (GDN_TIME_DTYPE: another dtype, e.g.
-    float16) at H, HV, K, V of this script."""
-    dtype = getattr(torch, os.environ.get("GDN_TIME_DTYPE", "bfloat16"))
-    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype)
+TIME_DTYPE = os.environ.get("GDN_TIME_DTYPE", "bfloat16")
+
+
+def timing_problem(B, T):
+    """q, k, v, g, beta of the timing sections: TIME_DTYPE inputs (bf16 unless GDN_TIME_DTYPE says
+    otherwise, e.g. float16) at H, HV, K, V of this script."""
+    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE))
 
 
 def forward_call(inputs, config, cu=None):
@@ -215,7 +217,7 @@ def kernels() -> None:
         for B, T in shapes:
             if "P=" in cname and B > 1:
                 continue
-            log = launched_kernels(forward_call(bf16_problem(B, T), kw))
+            log = launched_kernels(forward_call(timing_problem(B, T), kw))
             print(f"  {cname} B{B}xT{T}")
             for name, grid, kernel in log:
                 print(kernel_line(name, grid, kernel))
@@ -227,7 +229,7 @@ def timing() -> None:
     nears the first, the launches, not the kernels, set the pace."""
     spec = os.environ.get("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
     shapes = parse_shapes(spec.replace(";", ","))
-    print(f"\nconfig timing (fwd, {os.environ.get('GDN_TIME_DTYPE', 'bfloat16')}, l2norm, final state; median ms of do_bench)")
+    print(f"\nconfig timing (fwd, {TIME_DTYPE}, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<22}" + "".join(f"{label:>15}" for label, *_ in shapes))
     for cname, kw in selected_configs().items():
         cells = []
@@ -236,7 +238,7 @@ def timing() -> None:
                 cells.append(f"{'-':>15}")
                 continue
             cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
-            fn = forward_call(bf16_problem(B, T), kw, cu)
+            fn = forward_call(timing_problem(B, T), kw, cu)
             try:
                 fn()
             except ValueError as e:                # a knob this shape refuses (e.g. pieces with varlen)
@@ -260,7 +262,7 @@ def host() -> None:
     import cProfile
     import pstats
     (B, T), = env_shapes("GDN_HOST_SHAPE", "1x32768")
-    inputs = bf16_problem(B, T)
+    inputs = timing_problem(B, T)
     names = os.environ.get("GDN_CONFIGS", "default").split(";")
     for cname in names:
         fn = forward_call(inputs, config(cname))
@@ -282,7 +284,7 @@ def profile() -> None:
     a name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh)."""
     from gdn.cli.peers import available_peers
     for label, B, T, pieces in parse_shapes(os.environ.get("GDN_PROFILE_SHAPES", "1x32768").replace(";", ",")):
-        inputs = bf16_problem(B, T)
+        inputs = timing_problem(B, T)
         cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
         for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
             if cname.startswith("peer:"):
@@ -334,7 +336,7 @@ def once() -> None:
     compile it: for ncu, which profiles the kernels of the second call (--launch-skip), and for
     compute-sanitizer."""
     (B, T), = env_shapes("GDN_ONCE", "1x4096")
-    inputs = bf16_problem(B, T)
+    inputs = timing_problem(B, T)
     for cname, kw in selected_configs().items():
         fn = forward_call(inputs, kw)
         for _ in range(2):

@@ -48,7 +48,9 @@ def _tma_ready(*tensors) -> bool:
     or the interpreter): starts and rows in 16-byte multiples."""
     if not all(t.data_ptr() % 16 == 0 and t.shape[-1] * t.element_size() % 16 == 0 for t in tensors):
         return False
-    return triton_interpreting() or (tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9)
+    if triton_interpreting():
+        return True
+    return tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
 
 
 def _ensure_allocator() -> None:
@@ -234,7 +236,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # Segments (dense batches that cannot fill the GPU), joined by their affine maps.
     if operands not in (None, "bf16_parts", "fp16"):
         raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
-    f16 = operands == "fp16" or (f16_inputs and state_split > 0)   # asked for; else wherever it applies, below
+    f16 = operands == "fp16" or f16_inputs   # asked for (fp16 inputs: their only split walk); else where it applies
     if cu_seqlens is not None or (f16 and num_segments is None):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):

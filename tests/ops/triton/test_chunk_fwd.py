@@ -8,6 +8,7 @@ import torch
 
 import gdn
 from tests.reference import random_inputs, reference_gdn
+from tests.ops.triton.launches import spy_launches
 from tests.tolerances import assert_close
 
 triton = pytest.importorskip("triton")
@@ -170,22 +171,6 @@ def test_triton_bf16_pieces(attention, factors):
         triton_forward(q, k, v, g, beta, scale=0.25, pieces=2, num_segments=2)
 
 
-def _spy_launches(monkeypatch, name, record, run=True):
-    """Replace kernel ``name`` of gdn.ops.triton.forward for this test: each launch calls
-    record(grid, args, kw) after the kernel ran (run=False: instead of running it)."""
-    import gdn.ops.triton.forward as forward
-    real = getattr(forward, name)
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                if run:
-                    real[grid](*args, **kw)
-                record(grid, args, kw)
-            return launch
-    monkeypatch.setattr(forward, name, Spy())
-
-
 def _assert_same_and_close(got, same_as, inputs, h0, l2norm, s_rtol=1e-4):
     """o and S bit for bit as another launch of the same products, and within the bf16 tolerances of
     the float64 reference (S: s_rtol, 1e-4 for bf16 parts, 1e-3 for fp16 operands)."""
@@ -223,7 +208,7 @@ def test_triton_bf16_overlap_flags(group, stages, operands, monkeypatch):
         if kw.get("SIGNAL"):
             counts.append(args[i_done].flatten().tolist())          # after the WY pass ran
             groups.append(kw["GROUP"])
-    _spy_launches(monkeypatch, "wy_kernel", record)
+    spy_launches(monkeypatch, "wy_kernel", record)
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
         for h0 in (S0, None):
@@ -255,7 +240,7 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
     import gdn.ops.triton.forward as forward
     grids = []
     for name in ("wy_kernel", "_chunk_fwd_kernel"):
-        _spy_launches(monkeypatch, name, lambda grid, args, kw: grids.append(grid), run=False)
+        spy_launches(monkeypatch, name, lambda grid, args, kw: grids.append(grid), run=False)
 
     def record(N, T, **kw):
         q = torch.empty(1, T, 1, 16, dtype=torch.bfloat16, device="meta")
@@ -298,7 +283,7 @@ def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
               operands="bf16_parts")
     o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, fused=False, **kw)
     launches = []
-    _spy_launches(monkeypatch, "_chunk_out_kernel", lambda grid, args, kw: launches.append(grid))
+    spy_launches(monkeypatch, "_chunk_out_kernel", lambda grid, args, kw: launches.append(grid))
     o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", ring_chunks=2, **kw)
     assert [grid[1] for grid in launches] == [1, 2, 2, 2, 2]          # chunks a piece: 9 * i // 5
     assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
@@ -425,7 +410,7 @@ def test_triton_tma_tiles_past_the_head_dims(operands, s_rtol, monkeypatch):
     scales a block sees only its own columns)."""
     import gdn.ops.triton.forward as forward
     tma = []
-    _spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: tma.append(kw["TMA"]))
+    spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: tma.append(kw["TMA"]))
     q, k, v, g, beta, S0 = random_inputs(1, 75, 1, 2, 48, 40, dtype=torch.bfloat16, initial_state=True, seed=2,
                                          device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)

@@ -1,35 +1,17 @@
 """The walk on fp16 operands scaled by powers of two (gdn.ops.triton.walk_f16) against the float64
 reference: where it is the default, its accuracy, values and states far outside fp16's range, and
-the arguments it refuses (varlen: tests/ops/triton/test_chunk_fwd.py). On a CPU machine the kernels run in Triton's interpreter (tests/conftest.py)."""
+the arguments it refuses (varlen: tests/ops/triton/test_chunk_fwd.py). On a CPU machine the kernels
+run in Triton's interpreter (tests/conftest.py)."""
 import pytest
 import torch
 
 import gdn
+from tests.ops.triton.launches import launch_flags
 from tests.reference import random_inputs, reference_gdn
 from tests.tolerances import assert_close, rel_err
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _launch_flags(monkeypatch, kernel="_chunk_fwd_kernel", flag="F16"):
-    """A constexpr of every launch of one of the launcher's kernels, recorded."""
-    import gdn.ops.triton.forward as forward
-    real, seen = getattr(forward, kernel), []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                seen.append(kw[flag])
-                return real[grid](*args, **kw)
-            return launch
-    monkeypatch.setattr(forward, kernel, Spy())
-    return seen
-
-
-def _walk_flags(monkeypatch):
-    """The F16 flag of every walk launch, recorded."""
-    return _launch_flags(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -41,7 +23,7 @@ def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype
     part ~3e-3).
     Fewer than 8 chunks a sequence: on a GPU, longer sequences of so few heads are cut into segments,
     which keep the bf16 parts (test_fp16_walk_where_it_does_not_apply)."""
-    seen = _walk_flags(monkeypatch)
+    seen = launch_flags(monkeypatch)
     q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=dtype, initial_state=True, seed=T,
                                          device=DEVICE)
     for h0 in (S0, None):
@@ -112,7 +94,7 @@ def test_fp16_walk_where_it_does_not_apply(monkeypatch):
     the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16 there is an
     error naming what it needs."""
     from gdn.ops.triton import triton_forward
-    seen = _walk_flags(monkeypatch)
+    seen = launch_flags(monkeypatch)
     q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)                         # no l2norm
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
@@ -129,7 +111,7 @@ def test_fp16_walk_where_it_does_not_apply(monkeypatch):
     seen.clear()
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
-    wy_splits = _launch_flags(monkeypatch, "wy_kernel", "WY_SPLIT")
+    wy_splits = launch_flags(monkeypatch, "wy_kernel", "WY_SPLIT")
     for kw in (dict(fast_dots=True), dict(state_split=0), dict(wy_dtype=torch.bfloat16)):     # knobs of that walk
         triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, **kw)
     assert seen == [False] * 5 and wy_splits == [0] * 3        # no bf16 parts of fp16-derived values
