@@ -51,12 +51,14 @@ def reference(q, k, v, g, beta, S0, cu):
 BASE = config(os.environ["GDN_CHECK_BASE"]) if os.environ.get("GDN_CHECK_BASE") else {}
 
 
-def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, graph=False, **kw):
+def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, graph=False,
+          dims=(H, HV, K, V), **kw):
     """One call against the float64 reference. graph: the call is captured in a CUDA graph (after a
     warm-up outside it), the inputs refilled with other random values, the output poisoned, and the
-    graph replayed: what is checked is the replay."""
+    graph replayed: what is checked is the replay. dims: the problem's H, HV, K, V."""
     if not any(text in name for text in os.environ.get("GDN_CHECK_ONLY", "").split("|")):   # GDN_CHECK_ONLY
         return None
+    H, HV, K, V = dims
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
     N = B if cu is None else len(cu) - 1
@@ -179,6 +181,12 @@ def correctness() -> None:
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",
           **CONFIGS["attention walk"])
     check("[v3] bf16 B1 T32k decaying", 1, 32768, torch.bfloat16, **CONFIGS["v3"])
+    # Small heads at chunk 64, w as two bf16 parts: where Triton 3.6's ptxas miscompiled the WY
+    # pass's u and w products (NOTES.md v14); dims H, HV, K, V.
+    for k_dim, v_dim in ((16, 16), (32, 32), (48, 32)):
+        check(f"bf16 B1 T4099 K{k_dim} V{v_dim} 2 segments", 1, 4099, torch.bfloat16, num_segments=2,
+              dims=(2, 4, k_dim, v_dim))
+    check("bf16 B2 T300 K32 V48 factors wu", 2, 300, torch.bfloat16, factors="wu", dims=(2, 4, 32, 48))
 
 
 SHAPES = [(1, 32768), (8, 4096)]

@@ -2,13 +2,14 @@
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 
-"default" is the launcher's defaults (v11-v13 in benchmarks/NOTES.md, measured correct and fastest on
-an H200; the fp16 walk's scaling as fixed after v13's review has not yet run on one): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
+"default" is the launcher's defaults (v11-v15 in benchmarks/NOTES.md, measured correct and fastest on
+an H200): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
 products take one fp16 operand each, the state and values scaled by powers of two (walk_f16; with
 l2norm, else the bf16-split walk of v10: every computed fp32 operand cut into two bf16 parts, each
 product of parts as one matrix product), its tiles moved by TMA at one program an SM, and on a GPU,
 where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting on the
-WY pass's counts), varlen sequences walked longest first. "bf16 parts" is v10's default walk; the
+WY pass's counts; elsewhere the WY pass runs first, at 168 registers a thread), varlen sequences
+walked longest first. "bf16 parts" is v10's default walk; the
 knobs of that walk (fused, q_late, walk_loads, Q_REGS with three stages) reach it as "bf16 parts&...". "v4", "v3" and "v2" are the
 earlier defaults' kernels (v2: fp32 tiles, tf32 products), "old" v2 as first measured; they take
 today's launch policy (pieces, order). The rest vary one knob of the default.
@@ -32,7 +33,8 @@ CONFIGS = {
     # the WY pass and the walk
     "wy3": dict(wy_split=3),                          # w and u exact as fp32 (24 bits) instead of 16
     "attention walk": dict(attention="walk"),         # the walk forms the output attention (v3)
-    "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM, with spills
+    "wy maxnreg 168": dict(wy_maxnreg=168),           # three WY programs an SM (the default where it runs alone: v15)
+    "wy own regs": dict(wy_maxnreg=0),                # no cap: two WY programs an SM (v14's default)
     "wy maxnreg 128": dict(wy_maxnreg=128),           # four (two beside a walk program): slower (v8)
     "wy product": dict(inverse="product"),
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
@@ -80,6 +82,9 @@ CONFIGS = {
     "fp16 bv32 st1": dict(operands="fp16", block_v=32, walk_stages=1),
     "fp16 bv16 st2": dict(operands="fp16", block_v=16, walk_stages=2),
     "fp16 tma wide": dict(operands="fp16", walk_tma=True),
+    "fp16 bv64 w8": dict(operands="fp16", block_v=64, walk_stages=1, walk_warps=8),   # the wide walk in two warpgroups
+    "fp16 bv64 st2 w8": dict(operands="fp16", block_v=64, walk_stages=2, walk_warps=8),
+    "fp16 bv128 w8": dict(operands="fp16", block_v=128, walk_stages=1, walk_warps=8),   # one program a head
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
 }
 

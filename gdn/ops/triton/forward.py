@@ -127,9 +127,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     or "fp16" (one fp16 operand, 11 bits, the state and values scaled by powers of two:
     gdn.ops.triton.walk_f16; needs use_qk_l2norm and |scale| <= 256; bf16 or fp16 inputs). None
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
-    their tf32 walk on an H200). On a GPU, w stored as two bf16 parts (segments, factors "wu")
-    takes three at chunk size 64 with K < 64, where two gave wrong results (v14; an explicit
-    wy_split=2 there is an error).
+    their tf32 walk on an H200).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -138,8 +136,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
     to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the state walk and
     the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the WY kernel's
-    registers a thread (default: no cap, except 168 on the split WY pass with attention="walk",
-    three programs an SM instead of two).
+    registers a thread (0: no cap; default: 168, three programs an SM instead of two, on the split WY
+    pass with attention="walk", and on the fp16 walk's WY pass where it runs alone, before the walk
+    (no flags, one piece: the wide shapes and varlen); no cap elsewhere).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -175,6 +174,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
+    if wy_maxnreg is not None and (isinstance(wy_maxnreg, bool) or not isinstance(wy_maxnreg, numbers.Integral)
+                                   or wy_maxnreg < 0):
+        raise ValueError(f"wy_maxnreg must be None or an int >= 0 (0: no cap), got {wy_maxnreg!r}")
     if wy_split not in (None, 0, 2, 3):
         raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
     if operands == "bf16_parts" and q.dtype != torch.bfloat16:
@@ -186,7 +188,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                   and num_segments in (None, 1) and state_split == 2 and not fast_dots and wy_dtype == torch.float32)
     split_inputs = q.dtype == torch.bfloat16 or f16_inputs
     state_split = state_split if split_inputs and not fast_dots and wy_dtype == torch.float32 else 0
-    wy_split_given = wy_split is not None
     if wy_split is None:
         wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
     wy_split = wy_split if split_inputs else 0
@@ -260,17 +261,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
     t_in = attn_in and P == 1 and factors != "wu"
-    if (q.is_cuda and not triton_interpreting() and wy_split == 2 and not t_in and inverse != "product"
-            and BT == 64 and K < 64):
-        # On an H200 (Triton 3.6) the WY pass that stores w as two bf16 parts from the blocks_parts
-        # inverse gave wrong results at chunk size 64 with K < 64 (o 0.6-0.7 relative error at K = 16,
-        # 32, 48 in segments; right with wy_split=3 at K = 32: benchmarks/NOTES.md v14). The cause,
-        # a ptxas miscompile of those products' wgmma, is avoided in wy._t_times_columns (the SASS
-        # scan of tests/ops/triton/test_compiled.py); three parts stay here until a GPU confirms it.
-        if wy_split_given:
-            raise ValueError(f"wy_split=2 with inverse={inverse!r} at chunk_size=64 and K < 64 computed wrong "
-                             "results on sm_90 with Triton 3.6; use wy_split=3 or inverse='product'")
-        wy_split = 3
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
     f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256 and outputs == "walk"
@@ -330,6 +320,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
+    if wy_maxnreg is None and f16 and not flags and pieces == 1 and not triton_interpreting():
+        # The WY pass alone before the walk: three programs an SM, 2-3% off the wide shapes on an H200;
+        # beside the walk (flags, pieces) 5% slower at B1 x T32k (NOTES.md v15).
+        wy_maxnreg = 168
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
     if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T
         pieces = min(NT, max(pieces, triton.cdiv(NT, ring_chunks)))
@@ -360,7 +354,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
             STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot,
-            **common, **({} if wy_maxnreg is None else dict(maxnreg=wy_maxnreg)))
+            **common, **({} if not wy_maxnreg else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
