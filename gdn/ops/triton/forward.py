@@ -136,15 +136,25 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     dtype w and u are kept in between the two passes; ``block_v`` defaults to 64 and ``walk_stages``
     to 1. ``num_warps`` applies to every kernel (``walk_warps``, when given, to the state walk and
     the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the WY kernel's
-    registers a thread (0: no cap; default: 168, three programs an SM instead of two, on the split WY
-    pass with attention="walk", and on the fp16 walk's WY pass where it runs alone, before the walk
-    (no flags, one piece: the wide shapes and varlen); no cap elsewhere).
+    registers a thread (0: no cap). Default: 168, three programs an SM instead of two, on the WY
+    pass of bf16 parts wherever it does not store the output attention (attention="walk", the tf32
+    walk), and on the fp16 walk's WY pass where it runs alone, before the walk in one piece (the
+    wide shapes, varlen, short sequences); no cap beside the walk, in pieces.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
+    # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
+    # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
+    if state_split not in (0, 2):
+        raise ValueError(f"state_split must be 0 or 2, got {state_split}")
+    if wy_maxnreg is not None and (isinstance(wy_maxnreg, bool) or not isinstance(wy_maxnreg, numbers.Integral)
+                                   or wy_maxnreg < 0):
+        raise ValueError(f"wy_maxnreg must be None or an int >= 0 (0: no cap), got {wy_maxnreg!r}")
+    if wy_split not in (None, 0, 2, 3):
+        raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
     if pieces is not None and pieces > 1 and cu_seqlens is not None:
         raise ValueError("pieces > 1 needs a dense batch (no cu_seqlens)")
     if pieces is not None and pieces > 1 and num_segments is not None and num_segments > 1:
@@ -170,15 +180,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     BK = max(16, triton.next_power_of_2(K))
     BT = chunk_size
-    # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
-    # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
-    if state_split not in (0, 2):
-        raise ValueError(f"state_split must be 0 or 2, got {state_split}")
-    if wy_maxnreg is not None and (isinstance(wy_maxnreg, bool) or not isinstance(wy_maxnreg, numbers.Integral)
-                                   or wy_maxnreg < 0):
-        raise ValueError(f"wy_maxnreg must be None or an int >= 0 (0: no cap), got {wy_maxnreg!r}")
-    if wy_split not in (None, 0, 2, 3):
-        raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
     if operands == "bf16_parts" and q.dtype != torch.bfloat16:
         raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
     # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
@@ -320,9 +321,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
-    if wy_maxnreg is None and f16 and not flags and pieces == 1 and not triton_interpreting():
-        # The WY pass alone before the walk: three programs an SM, 2-3% off the wide shapes on an H200;
-        # beside the walk (flags, pieces) 5% slower at B1 x T32k (NOTES.md v15).
+    if wy_maxnreg is None and f16 and pieces == 1 and not triton_interpreting():
+        # The WY pass alone before the walk (one piece: with flags too, it then runs first): three
+        # programs an SM, 1-3% off the wide shapes and varlen on an H200; beside the walk (pieces)
+        # 5% slower at B1 x T32k (NOTES.md v15).
         wy_maxnreg = 168
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
     if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T

@@ -254,7 +254,8 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
 
 def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
     """The fp16 walk's WY pass takes 168 registers a thread (three programs an SM) where it runs
-    alone before the walk (no flags, one piece), and no cap beside the walk or with wy_maxnreg=0.
+    alone before the walk (one piece, flags or not), and no cap beside the walk (pieces) or with
+    wy_maxnreg=0.
     As compiled for a GPU (the interpreter takes no cap); recorded, not run (meta tensors)."""
     import gdn.ops.triton.forward as forward
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
@@ -269,9 +270,10 @@ def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
         caps.clear()
         forward.triton_forward(q, q, v, g, g, scale=0.25, use_qk_l2norm=True, **kw)
         return set(caps)
-    assert record(1) == {None}      # 2 walk programs on the interpreter's 4 "SMs": the flags, beside
-    assert record(2) == {168}       # 4: the WY pass alone first
-    assert record(2, pieces=2) == {None}
+    assert record(1) == {168}       # 2 walk programs on the interpreter's 4 "SMs": flags, one piece
+    assert record(2) == {168}       # 4: no flags
+    assert record(1, pieces=2) == {None}      # beside the walk: the flags' single WY launch
+    assert record(2, pieces=2) == {None}      # beside the walk: a WY launch a piece
     assert record(2, wy_maxnreg=0) == {None}
     assert record(2, wy_maxnreg=128) == {128}
     with pytest.raises(ValueError, match="wy_maxnreg must be"):
