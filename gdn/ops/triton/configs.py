@@ -85,6 +85,9 @@ CONFIGS = {
     "fp16 bv64 w8": dict(operands="fp16", block_v=64, walk_stages=1, walk_warps=8),   # the wide walk in two warpgroups
     "fp16 bv64 st2 w8": dict(operands="fp16", block_v=64, walk_stages=2, walk_warps=8),
     "fp16 bv128 w8": dict(operands="fp16", block_v=128, walk_stages=1, walk_warps=8),   # one program a head
+    # 32 columns at one stage with three walk programs an SM (v16 candidate: compile report only; the
+    # launcher refuses 32 columns at one stage on sm_90, a v5 crash of the bf16-split walk)
+    "fp16 bv32 st1 r168": dict(operands="fp16", block_v=32, walk_stages=1, walk_maxnreg=168),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
 }
 

@@ -68,7 +68,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_warps=None, attention="stored", factors=None,
+                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
                    operands=None, out=None):
@@ -139,7 +139,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     registers a thread (0: no cap). Default: 168, three programs an SM instead of two, on the WY
     pass of bf16 parts wherever it does not store the output attention (attention="walk", the tf32
     walk), and on the fp16 walk's WY pass where it runs alone, before the walk in one piece (the
-    wide shapes, varlen, short sequences); no cap beside the walk, in pieces.
+    wide shapes, varlen, short sequences); no cap beside the walk, in pieces. ``walk_maxnreg``
+    likewise caps the state walk's (default None: no cap; not yet measured on a GPU).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -150,9 +151,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
-    if wy_maxnreg is not None and (isinstance(wy_maxnreg, bool) or not isinstance(wy_maxnreg, numbers.Integral)
-                                   or wy_maxnreg < 0):
-        raise ValueError(f"wy_maxnreg must be None or an int >= 0 (0: no cap), got {wy_maxnreg!r}")
+    for name, value in (("wy_maxnreg", wy_maxnreg), ("walk_maxnreg", walk_maxnreg)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
+            raise ValueError(f"{name} must be None or an int >= 0 (0: no cap), got {value!r}")
     if wy_split not in (None, 0, 2, 3):
         raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
     if pieces is not None and pieces > 1 and cu_seqlens is not None:
@@ -392,7 +393,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
             Q_LATE=q_late, F16=f16, F16_DOT=f16_dot,
-            **walk_launch)
+            **walk_launch, **({} if not walk_maxnreg else dict(maxnreg=walk_maxnreg)))
 
     def output_pass(c_first, c_end, ring_base):
         """The outputs of chunks c_first .. c_end - 1 from the ring (slots ring_base on), in parallel."""

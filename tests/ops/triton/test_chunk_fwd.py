@@ -255,13 +255,15 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
 def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
     """The fp16 walk's WY pass takes 168 registers a thread (three programs an SM) where it runs
     alone before the walk (one piece, flags or not), and no cap beside the walk (pieces) or with
-    wy_maxnreg=0.
+    wy_maxnreg=0; the walk's cap only when asked for (walk_maxnreg).
     As compiled for a GPU (the interpreter takes no cap); recorded, not run (meta tensors)."""
     import gdn.ops.triton.forward as forward
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     caps = []
     spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: caps.append(kw.get("maxnreg")), run=False)
-    spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: None, run=False)
+    walk_caps = []
+    spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: walk_caps.append(kw.get("maxnreg")),
+                 run=False)
 
     def record(B, **kw):
         q = torch.empty(B, 256, 1, 32, dtype=torch.bfloat16, device="meta")
@@ -276,8 +278,12 @@ def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
     assert record(2, pieces=2) == {None}      # beside the walk: a WY launch a piece
     assert record(2, wy_maxnreg=0) == {None}
     assert record(2, wy_maxnreg=128) == {128}
-    with pytest.raises(ValueError, match="wy_maxnreg must be"):
-        record(2, wy_maxnreg=-1)
+    assert set(walk_caps) == {None}                  # the walk's own knob, off by default
+    record(2, walk_maxnreg=168)
+    assert walk_caps[-1] == 168
+    for knob in ("wy_maxnreg", "walk_maxnreg"):
+        with pytest.raises(ValueError, match=f"{knob} must be"):
+            record(2, **{knob: -1})
 
 
 @pytest.mark.parametrize("factors, l2norm", [("t", True), ("wu", False)])
