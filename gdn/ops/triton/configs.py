@@ -88,6 +88,9 @@ CONFIGS = {
     # 32 columns at one stage with three walk programs an SM (v16 candidate: compile report only; the
     # launcher refuses 32 columns at one stage on sm_90, a v5 crash of the bf16-split walk)
     "fp16 bv32 st1 r168": dict(operands="fp16", block_v=32, walk_stages=1, walk_maxnreg=168),
+    # the two value heads of a q/k head in one WY program: q, k, k k^T and q k^T once (v16 candidate)
+    "wy heads 2": dict(wy_heads=2),
+    "wy heads 2 own regs": dict(wy_heads=2, wy_maxnreg=0),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
 }
 

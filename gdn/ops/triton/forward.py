@@ -68,7 +68,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, walk_warps=None, attention="stored", factors=None,
+                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=1, walk_warps=None, attention="stored", factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
                    operands=None, out=None):
@@ -140,7 +140,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     pass of bf16 parts wherever it does not store the output attention (attention="walk", the tf32
     walk), and on the fp16 walk's WY pass where it runs alone, before the walk in one piece (the
     wide shapes, varlen, short sequences); no cap beside the walk, in pieces. ``walk_maxnreg``
-    likewise caps the state walk's (default None: no cap; not yet measured on a GPU).
+    likewise caps the state walk's (default None: no cap; not yet measured on a GPU). ``wy_heads``
+    value heads a WY program (split path; a power of two dividing HV / H, so that they share a q/k
+    head): q and k loaded and k k^T, q k^T formed once for all (default 1; not yet measured on a GPU).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -193,6 +195,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if wy_split is None:
         wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
     wy_split = wy_split if split_inputs else 0
+    if (isinstance(wy_heads, bool) or not isinstance(wy_heads, numbers.Integral) or wy_heads < 1
+            or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads):
+        raise ValueError(f"wy_heads must be a power of two dividing HV // H = {HV // H}, got {wy_heads!r}")
+    if wy_heads > 1 and wy_split == 0:
+        raise ValueError("wy_heads > 1 needs the split WY pass (bf16 inputs, or fp16 inputs with use_qk_l2norm)")
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
@@ -349,14 +356,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots * HV,)](
+        wy_kernel[(slots * (HV // wy_heads),)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets, slot_seqs,
             dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, slots,
             c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
             BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot,
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
             **common, **({} if not wy_maxnreg else dict(maxnreg=wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)

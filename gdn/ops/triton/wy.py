@@ -275,7 +275,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -288,7 +288,9 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass neither
     reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
-    [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16)."""
+    [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
+    HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
+    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -302,8 +304,14 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     if NEED_Q:
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
-    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
-    b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    o_j = tl.arange(0, HEADS)
+    if HEADS == 1:
+        b_g_all = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+        b_beta_all = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    else:
+        # g and beta of the HEADS value heads [BT, HEADS] (adjacent in [tokens, HV]), one column a head.
+        b_g_all = tl.load(row_tile(g, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
+        b_beta_all = tl.load(row_tile(beta, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
     b_kk = tl.dot(b_k, tl.trans(b_k))
     b_rq = tl.full([BT], 1.0, dtype=tl.float32)
     b_rk = tl.full([BT], 1.0, dtype=tl.float32)
@@ -314,24 +322,45 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         if STORE_NORMS:
             # The norm factors for the split walk (it reads no fp32 tiles; the fp16 walk reads q and k
             # normalised instead).
-            tl.store(row_vec(rq_out, row0, i_hv, HV, o_t), b_rq, mask=m_t)
-            tl.store(row_vec(rk_out, row0, i_hv, HV, o_t), b_rk, mask=m_t)
+            for j in tl.static_range(HEADS):
+                tl.store(row_vec(rq_out, row0, i_hv + j, HV, o_t), b_rq, mask=m_t)
+                tl.store(row_vec(rk_out, row0, i_hv + j, HV, o_t), b_rk, mask=m_t)
     if F16:
         if i_hv % (HV // H) == 0:
             o_qk = row_offsets(row0, i_h, H, K, o_t, o_k)
             tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
             tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
-    b_G, b_D = chunk_decay(b_g, BT)
     if STORE_ATTN:
-        tl.store(row_vec(G_out, row0, i_hv, HV, o_t), b_G, mask=m_t)
-        store_attention(attn_out, attn2_out, tl.dot(b_q, tl.trans(b_k)), b_D, b_rq, b_rk, scale, row0, i_hv,
-                        o_t, m_t, HV, BT, F16)
-    b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
-    if STORE_T:
-        o_tt = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
-        store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], F16)
-        return
+        b_qk = tl.dot(b_q, tl.trans(b_k))
+    for j in tl.static_range(HEADS):
+        i_hvj = i_hv + j
+        if HEADS == 1:
+            b_g, b_beta = b_g_all, b_beta_all
+        else:
+            b_g = tl.sum(tl.where(o_j[None, :] == j, b_g_all, 0.0), axis=1)
+            b_beta = tl.sum(tl.where(o_j[None, :] == j, b_beta_all, 0.0), axis=1)
+        b_G, b_D = chunk_decay(b_g, BT)
+        if STORE_ATTN:
+            tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
+            store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
+        b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
+        b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+        if STORE_T:
+            o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
+            store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :],
+                         F16)
+        else:
+            _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hvj, o_t, m_t,
+                      H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
+
+
+@triton.jit
+def _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hv, o_t, m_t,
+              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+              BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, DOT_DTYPE: tl.constexpr,
+              NSPLIT: tl.constexpr, W_PARTS: tl.constexpr):
+    """u = T diag(beta) v and w = T diag(beta r e^G) k of one chunk and value head, BC columns at a
+    time (only a [BT, BC] accumulator live): u in u_out's dtype, w as W_PARTS bf16 parts."""
     o_c = tl.arange(0, BC)
     b_Tu = b_T * b_beta[None, :]
     for c0 in tl.static_range(0, BV, BC):
@@ -385,10 +414,12 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
+    HEADS: tl.constexpr = 1,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of one value head.
-    Grid: (chunk slots x HV,), chunk-major.
+    Grid: (chunk slots x HV / HEADS,), chunk-major: HEADS value heads a program (split path; they
+    share a q/k head: wy_split_factors).
 
     WY_SPLIT = 0: fp32 tiles and tf32x3 products (any input dtype); 2 or 3 (bf16 inputs only):
     wy_split_factors. W_PARTS = 0: w in w_out's dtype; 2 or 3: as that many bf16 parts at w_out,
@@ -405,9 +436,11 @@ def wy_kernel(
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
     done[sequence, chunk // GROUP, head] once its stores are visible."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
+    tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
     # and the heads that share a q/k head read its tiles while they are in L2.
-    i_slot, i_hv = tl.program_id(0) // HV, tl.program_id(0) % HV
+    NPH: tl.constexpr = HV // HEADS                      # programs a chunk
+    i_slot, i_hv = tl.program_id(0) // NPH, tl.program_id(0) % NPH * HEADS
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
@@ -416,12 +449,13 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT)
+                         F16_DOT, HEADS)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()
-            i_count = counting_head(i_hv, H, HV, F16)
-            tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_count, 1, sem="release")
+            for j in tl.static_range(HEADS):
+                i_count = counting_head(i_hv + j, H, HV, F16)
+                tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_count, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

@@ -181,10 +181,11 @@ def _assert_same_and_close(got, same_as, inputs, h0, l2norm, s_rtol=1e-4):
     assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
-@pytest.mark.parametrize("group, stages, operands", [(1, 2, "bf16_parts"), (4, 2, "bf16_parts"),
-                                                     (16, 2, "bf16_parts"), (1, 3, "bf16_parts"),
-                                                     (1, 2, "fp16"), (4, 2, "fp16")])
-def test_triton_bf16_overlap_flags(group, stages, operands, monkeypatch):
+@pytest.mark.parametrize("group, stages, operands, heads", [(1, 2, "bf16_parts", 1), (4, 2, "bf16_parts", 1),
+                                                            (16, 2, "bf16_parts", 1), (1, 3, "bf16_parts", 1),
+                                                            (1, 2, "fp16", 1), (4, 2, "fp16", 1),
+                                                            (4, 2, "bf16_parts", 2), (4, 2, "fp16", 2)])
+def test_triton_bf16_overlap_flags(group, stages, operands, heads, monkeypatch):
     """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
@@ -193,7 +194,8 @@ def test_triton_bf16_overlap_flags(group, stages, operands, monkeypatch):
     waits for the group of the chunk ``stages`` ahead (its pipeline's stages; 3 also takes q through
     registers): every wait, the ones before its loop included, must find its group's full count, or
     it spins forever. With fp16 operands the first value head of a group stores the group's q and k,
-    so it counts for the group (two heads here) and the walk of either head waits for twice the count."""
+    so it counts for the group (two heads here) and the walk of either head waits for twice the count.
+    heads: value heads a WY program (wy_heads), each counted as before."""
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
@@ -213,7 +215,7 @@ def test_triton_bf16_overlap_flags(group, stages, operands, monkeypatch):
     try:
         for h0 in (S0, None):
             kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
-                      chunk_size=32, pieces=3, walk_stages=stages, operands=operands)
+                      chunk_size=32, pieces=3, walk_stages=stages, operands=operands, wy_heads=heads)
             o_pieces, S_pieces = forward.triton_forward(q, k, v, g, beta, overlap="pieces", **kw)
             o = torch.full_like(v, float("nan"))
             o, S = forward.triton_forward(q, k, v, g, beta, overlap="flags", flag_group=group, out=o, **kw)
@@ -250,6 +252,31 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
     record(1, 16 * 65537, pieces=16)
     assert (70000, 1) in grids and (65537,) in grids          # the walk's and the flags WY's
     assert all(d <= 65535 for grid in grids for d in grid[1:])
+
+
+@pytest.mark.parametrize("kw, s_rtol", [(dict(), 1e-3),                                 # fp16 walk
+                                         (dict(operands="bf16_parts", pieces=3), 1e-4),  # in pieces
+                                         (dict(SPLIT, num_segments=2), 1e-4),            # w and u
+                                         (dict(SPLIT, factors="wu"), 1e-4)])
+def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
+    """wy_heads: the value heads that share a q/k head in one WY program give the same bits as one
+    head a program (the same products in the same order), with HV / wy_heads programs a chunk."""
+    import gdn.ops.triton.forward as forward
+    q, k, v, g, beta, S0 = random_inputs(2, 150, 2, 8, 32, 32, dtype=torch.bfloat16, initial_state=True,
+                                         seed=51, device=DEVICE)
+    call = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32,
+                **kw)
+    one = forward.triton_forward(q, k, v, g, beta, **call)
+    grids = []
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: grids.append(grid[0]))
+    for heads in (2, 4) if not kw else (2,):         # 4: every head of a q/k head (the default's path only)
+        grids.clear()
+        both = forward.triton_forward(q, k, v, g, beta, wy_heads=heads, **call)
+        _assert_same_and_close(both, one, (q, k, v, g, beta), S0, True, s_rtol)
+        assert sum(grids) == 2 * 5 * 8 // heads         # 2 sequences x 5 chunks x 8 heads, over the pieces
+    for bad in (3, 8, 0):
+        with pytest.raises(ValueError, match="wy_heads must be"):
+            forward.triton_forward(q, k, v, g, beta, wy_heads=bad, **call)
 
 
 def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
