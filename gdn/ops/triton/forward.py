@@ -166,6 +166,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     HV, V = v.shape[2], v.shape[3]
     if K > 256 or V > 256:
         raise ValueError(f"backend='triton' supports head dims K, V <= 256, got K={K}, V={V}")
+    if (isinstance(wy_heads, bool) or not isinstance(wy_heads, numbers.Integral) or wy_heads < 1
+            or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads):
+        raise ValueError(f"wy_heads must be a power of two dividing HV // H = {HV // H}, got {wy_heads!r}")
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
         q = q.float()
@@ -195,11 +198,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if wy_split is None:
         wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
     wy_split = wy_split if split_inputs else 0
-    if (isinstance(wy_heads, bool) or not isinstance(wy_heads, numbers.Integral) or wy_heads < 1
-            or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads):
-        raise ValueError(f"wy_heads must be a power of two dividing HV // H = {HV // H}, got {wy_heads!r}")
     if wy_heads > 1 and wy_split == 0:
-        raise ValueError("wy_heads > 1 needs the split WY pass (bf16 inputs, or fp16 inputs with use_qk_l2norm)")
+        raise ValueError("wy_heads > 1 needs the split WY pass: bf16 inputs with wy_split unset, 2 or 3, or "
+                         "fp16 inputs on the fp16 walk (use_qk_l2norm, one segment, state_split=2, "
+                         "fast_dots=False, wy_dtype=torch.float32)")
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it

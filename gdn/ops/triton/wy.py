@@ -337,8 +337,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         if HEADS == 1:
             b_g, b_beta = b_g_all, b_beta_all
         else:
-            b_g = tl.sum(tl.where(o_j[None, :] == j, b_g_all, 0.0), axis=1)
-            b_beta = tl.sum(tl.where(o_j[None, :] == j, b_beta_all, 0.0), axis=1)
+            b_g = _column(b_g_all, o_j, j)
+            b_beta = _column(b_beta_all, o_j, j)
         b_G, b_D = chunk_decay(b_g, BT)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
@@ -352,6 +352,14 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         else:
             _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hvj, o_t, m_t,
                       H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
+
+
+@triton.jit
+def _column(b, o_j, j):
+    """Column j of an fp32 tile b [rows, J] (o_j = 0..J-1), bit for bit: selected as integers, where
+    a float sum with zeros would turn -0.0 (logsigmoid of a large gate) into +0.0."""
+    b_bits = b.to(tl.int32, bitcast=True)
+    return tl.sum(tl.where(o_j[None, :] == j, b_bits, 0), axis=1).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -434,7 +442,7 @@ def wy_kernel(
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
-    done[sequence, chunk // GROUP, head] once its stores are visible."""
+    done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,

@@ -260,23 +260,39 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
                                          (dict(SPLIT, factors="wu"), 1e-4)])
 def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
     """wy_heads: the value heads that share a q/k head in one WY program give the same bits as one
-    head a program (the same products in the same order), with HV / wy_heads programs a chunk."""
+    head a program (the same products in the same order), with HV / wy_heads programs a chunk; the
+    stored cumulative gates bit for bit too, gates of -0.0 (logsigmoid of a large input) included."""
+    import inspect
     import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(2, 150, 2, 8, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51, device=DEVICE)
+    g[:, :40:3] = -0.0
     call = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32,
                 **kw)
+    i_G = list(inspect.signature(forward.wy_kernel.fn).parameters).index("G_out")
+    grids, gates = [], []
+
+    def record(grid, args, kw):
+        grids.append(grid[0])
+        gates.append(args[i_G].clone().view(torch.int32))
+    spy_launches(monkeypatch, "wy_kernel", record)
     one = forward.triton_forward(q, k, v, g, beta, **call)
-    grids = []
-    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: grids.append(grid[0]))
+    gates_one = gates.copy()
     for heads in (2, 4) if not kw else (2,):         # 4: every head of a q/k head (the default's path only)
         grids.clear()
+        gates.clear()
         both = forward.triton_forward(q, k, v, g, beta, wy_heads=heads, **call)
         _assert_same_and_close(both, one, (q, k, v, g, beta), S0, True, s_rtol)
         assert sum(grids) == 2 * 5 * 8 // heads         # 2 sequences x 5 chunks x 8 heads, over the pieces
+        if "operands" not in kw:                        # one WY launch, which stores G (attention stored)
+            assert len(gates) == 1 and torch.equal(gates[0], gates_one[0])
     for bad in (3, 8, 0):
         with pytest.raises(ValueError, match="wy_heads must be"):
             forward.triton_forward(q, k, v, g, beta, wy_heads=bad, **call)
+        with pytest.raises(ValueError, match="wy_heads must be"):      # also where no kernel runs
+            forward.triton_forward(q[:, :0], k[:, :0], v[:, :0], g[:, :0], beta[:, :0], wy_heads=bad, **call)
+    with pytest.raises(ValueError, match="wy_heads > 1 needs the split WY pass"):
+        forward.triton_forward(q, k, v, g, beta, wy_heads=2, **dict(call, wy_split=0))
 
 
 def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
