@@ -53,6 +53,16 @@ def _tma_ready(*tensors) -> bool:
     return tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
 
 
+def _is_int(value, low: int) -> bool:
+    """Whether a knob is an int (not a bool) of at least low."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
+
+
+def _maxnreg(cap) -> dict:
+    """A kernel launch's register cap: maxnreg=cap, none for None or 0."""
+    return dict(maxnreg=cap) if cap else {}
+
+
 def _ensure_allocator() -> None:
     """TMA descriptors made in a kernel live in a scratch buffer that Triton asks an allocator for at
     launch: a torch one, unless the caller has set theirs."""
@@ -68,7 +78,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=1, walk_warps=None, attention="stored", factors=None,
+                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=1, walk_warps=None, attention="stored",
+                   factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
                    operands=None, out=None):
@@ -154,7 +165,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if state_split not in (0, 2):
         raise ValueError(f"state_split must be 0 or 2, got {state_split}")
     for name, value in (("wy_maxnreg", wy_maxnreg), ("walk_maxnreg", walk_maxnreg)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0):
+        if value is not None and not _is_int(value, 0):
             raise ValueError(f"{name} must be None or an int >= 0 (0: no cap), got {value!r}")
     if wy_split not in (None, 0, 2, 3):
         raise ValueError(f"wy_split must be 0, 2 or 3 (bf16 parts of the WY pass's products), got {wy_split!r}")
@@ -166,8 +177,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     HV, V = v.shape[2], v.shape[3]
     if K > 256 or V > 256:
         raise ValueError(f"backend='triton' supports head dims K, V <= 256, got K={K}, V={V}")
-    if (isinstance(wy_heads, bool) or not isinstance(wy_heads, numbers.Integral) or wy_heads < 1
-            or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads):
+    if not _is_int(wy_heads, 1) or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads:
         raise ValueError(f"wy_heads must be a power of two dividing HV // H = {HV // H}, got {wy_heads!r}")
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
@@ -211,8 +221,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     inverse_given = inverse is not None
     if inverse is None:
         inverse = "blocks_parts" if wy_split > 0 else "product"
-    if wy_maxnreg is None and wy_split > 0 and not attn_in and not triton_interpreting():
-        wy_maxnreg = 168          # three WY programs an SM instead of two: 2-4% faster on an H200 (v3)
     stages_given = walk_stages is not None
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
@@ -263,7 +271,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if flag_group is None:
         flag_group = choose_flag_group(NT)
     for name, value in (("ring_chunks", ring_chunks), ("flag_group", flag_group)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        if not _is_int(value, 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if outputs not in ("walk", "beside"):
         raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
@@ -331,10 +339,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
-    if wy_maxnreg is None and f16 and pieces == 1 and not triton_interpreting():
-        # The WY pass alone before the walk (one piece: with flags too, it then runs first): three
-        # programs an SM, 1-3% off the wide shapes and varlen on an H200; beside the walk (pieces)
-        # 5% slower at B1 x T32k (NOTES.md v15).
+    if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1)) and not triton_interpreting():
+        # Three WY programs an SM instead of two: 2-4% faster on an H200 without stored attention (v3);
+        # for the fp16 walk only where the WY pass runs alone (one piece: with flags too, it then runs
+        # first), 1-3% off the wide shapes and varlen, while beside the walk (pieces) it was 5% slower
+        # at B1 x T32k (NOTES.md v15).
         wy_maxnreg = 168
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
     if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T
@@ -366,7 +375,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
             STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
-            **common, **({} if not wy_maxnreg else dict(maxnreg=wy_maxnreg)))
+            **common, **_maxnreg(wy_maxnreg))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
@@ -402,7 +411,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             LONGEST_FIRST=longest_first and cu_seqlens is not None, OUT_RING=ring,
             FUSED=fused_walk, Q_REGS=fused_walk and walk_stages >= 3, ALL_LOADS=walk_loads == "all", TMA=tma,
             Q_LATE=q_late, F16=f16, F16_DOT=f16_dot,
-            **walk_launch, **({} if not walk_maxnreg else dict(maxnreg=walk_maxnreg)))
+            **walk_launch, **_maxnreg(walk_maxnreg))
 
     def output_pass(c_first, c_end, ring_base):
         """The outputs of chunks c_first .. c_end - 1 from the ring (slots ring_base on), in parallel."""

@@ -425,7 +425,7 @@ def wy_kernel(
     HEADS: tl.constexpr = 1,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
-    chunk of one value head.
+    chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
     Grid: (chunk slots x HV / HEADS,), chunk-major: HEADS value heads a program (split path; they
     share a q/k head: wy_split_factors).
 
