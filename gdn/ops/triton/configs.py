@@ -85,12 +85,18 @@ CONFIGS = {
     "fp16 bv64 w8": dict(operands="fp16", block_v=64, walk_stages=1, walk_warps=8),   # the wide walk in two warpgroups
     "fp16 bv64 st2 w8": dict(operands="fp16", block_v=64, walk_stages=2, walk_warps=8),
     "fp16 bv128 w8": dict(operands="fp16", block_v=128, walk_stages=1, walk_warps=8),   # one program a head
-    # 32 columns at one stage with three walk programs an SM (v16 candidate: compile report only; the
-    # launcher refuses 32 columns at one stage on sm_90, a v5 crash of the bf16-split walk)
+    # 32 columns at one stage, three walk programs an SM: the launcher refuses it on sm_90. With the
+    # refusal lifted (v16): shared memory read out of bounds by TMA (compute-sanitizer), wrong results
+    # without TMA (o 1.19), out of bounds again at 168 registers
     "fp16 bv32 st1 r168": dict(operands="fp16", block_v=32, walk_stages=1, walk_maxnreg=168),
-    # the two value heads of a q/k head in one WY program: q, k, k k^T and q k^T once (v16 candidate)
+    # the value heads of a q/k head in one WY program: q, k, k k^T and q k^T once. v16's default on the
+    # fp16 walk is two heads with no register cap ("wy heads 2"; "own regs" spells the no-cap out, as
+    # timed in v16); "wy heads 1" is v15's default (one head, 168 registers where it runs alone);
+    # "wy heads 2 r168" caps two heads everywhere (v16 timed the cap only in one piece: ~1% slower)
+    "wy heads 1": dict(wy_heads=1),
     "wy heads 2": dict(wy_heads=2),
     "wy heads 2 own regs": dict(wy_heads=2, wy_maxnreg=0),
+    "wy heads 2 r168": dict(wy_heads=2, wy_maxnreg=168),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
 }
 

@@ -78,7 +78,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=1, walk_warps=None, attention="stored",
+                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=None, walk_warps=None, attention="stored",
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
@@ -149,11 +149,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     the segment maps instead), ``num_stages`` to the WY pass; ``wy_maxnreg`` caps the WY kernel's
     registers a thread (0: no cap). Default: 168, three programs an SM instead of two, on the WY
     pass of bf16 parts wherever it does not store the output attention (attention="walk", the tf32
-    walk), and on the fp16 walk's WY pass where it runs alone, before the walk in one piece (the
-    wide shapes, varlen, short sequences); no cap beside the walk, in pieces. ``walk_maxnreg``
+    walk), and on the fp16 walk's WY pass of one head a program where it runs alone, before the walk
+    in one piece (the wide shapes, varlen, short sequences); no cap beside the walk, in pieces, nor
+    with two heads a program. ``walk_maxnreg``
     likewise caps the state walk's (default None: no cap; not yet measured on a GPU). ``wy_heads``
     value heads a WY program (split path; a power of two dividing HV / H, so that they share a q/k
-    head): q and k loaded and k k^T, q k^T formed once for all (default 1; not yet measured on a GPU).
+    head): q and k loaded and k k^T, q k^T formed once for all. Default: 2 on the fp16 walk where HV / H
+    is even (v16 on an H200: 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on),
+    else 1.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -177,7 +180,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     HV, V = v.shape[2], v.shape[3]
     if K > 256 or V > 256:
         raise ValueError(f"backend='triton' supports head dims K, V <= 256, got K={K}, V={V}")
-    if not _is_int(wy_heads, 1) or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads:
+    if wy_heads is not None and (not _is_int(wy_heads, 1) or wy_heads & (wy_heads - 1) or (HV // H) % wy_heads):
         raise ValueError(f"wy_heads must be a power of two dividing HV // H = {HV // H}, got {wy_heads!r}")
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1
     if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
@@ -208,7 +211,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if wy_split is None:
         wy_split = 2 if state_split > 0 else 3     # w and u as exact as the walk that reads them
     wy_split = wy_split if split_inputs else 0
-    if wy_heads > 1 and wy_split == 0:
+    if wy_heads is not None and wy_heads > 1 and wy_split == 0:
         raise ValueError("wy_heads > 1 needs the split WY pass: bf16 inputs with wy_split unset, 2 or 3, or "
                          "fp16 inputs on the fp16 walk (use_qk_l2norm, one segment, state_split=2, "
                          "fast_dots=False, wy_dtype=torch.float32)")
@@ -291,6 +294,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                          "outputs='walk', attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
     assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
+    if wy_heads is None:
+        # Two value heads a WY program on the fp16 walk where they share a q/k head: q, k, k k^T and
+        # q k^T once for both; 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on
+        # (benchmarks/NOTES.md v16). One head elsewhere (the bf16-parts passes: not measured).
+        wy_heads = 2 if f16 and (HV // H) % 2 == 0 else 1
     if f16 and not inverse_given:
         # The inverse from pairs of fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere: 8-12% off
         # the whole call on an H200 (v13); T is stored at fp16's 11 bits here anyway.
@@ -339,11 +347,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
-    if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1)) and not triton_interpreting():
+    if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1 and wy_heads == 1)) \
+            and not triton_interpreting():
         # Three WY programs an SM instead of two: 2-4% faster on an H200 without stored attention (v3);
-        # for the fp16 walk only where the WY pass runs alone (one piece: with flags too, it then runs
-        # first), 1-3% off the wide shapes and varlen, while beside the walk (pieces) it was 5% slower
-        # at B1 x T32k (NOTES.md v15).
+        # for the fp16 walk's one-head WY pass only where it runs alone (one piece: with flags too, it
+        # then runs first), 1-3% off the wide shapes and varlen, while beside the walk (pieces) it was
+        # 5% slower at B1 x T32k (NOTES.md v15). Two heads a program spill and serialise their matrix
+        # products at 168: ~1% slower than no cap there (v16).
         wy_maxnreg = 168
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
     if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T

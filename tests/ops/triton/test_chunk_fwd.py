@@ -261,7 +261,8 @@ def test_triton_grids_stay_within_cuda_limits(monkeypatch):
 def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
     """wy_heads: the value heads that share a q/k head in one WY program give the same bits as one
     head a program (the same products in the same order), with HV / wy_heads programs a chunk; the
-    stored cumulative gates bit for bit too, gates of -0.0 (logsigmoid of a large input) included."""
+    stored cumulative gates bit for bit too, gates of -0.0 (logsigmoid of a large input) included.
+    The default takes two heads a program on the fp16 walk and one elsewhere."""
     import inspect
     import gdn.ops.triton.forward as forward
     q, k, v, g, beta, S0 = random_inputs(2, 150, 2, 8, 32, 32, dtype=torch.bfloat16, initial_state=True,
@@ -276,8 +277,13 @@ def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
         grids.append(grid[0])
         gates.append(args[i_G].clone().view(torch.int32))
     spy_launches(monkeypatch, "wy_kernel", record)
-    one = forward.triton_forward(q, k, v, g, beta, **call)
+    one = forward.triton_forward(q, k, v, g, beta, wy_heads=1, **call)
     gates_one = gates.copy()
+    assert sum(grids) == 2 * 5 * 8
+    grids.clear()
+    default = forward.triton_forward(q, k, v, g, beta, **call)
+    _assert_same_and_close(default, one, (q, k, v, g, beta), S0, True, s_rtol)
+    assert sum(grids) == 2 * 5 * 8 // (2 if not kw else 1)
     for heads in (2, 4) if not kw else (2,):         # 4: every head of a q/k head (the default's path only)
         grids.clear()
         gates.clear()
@@ -296,9 +302,10 @@ def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
 
 
 def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
-    """The fp16 walk's WY pass takes 168 registers a thread (three programs an SM) where it runs
-    alone before the walk (one piece, flags or not), and no cap beside the walk (pieces) or with
-    wy_maxnreg=0; the walk's cap only when asked for (walk_maxnreg).
+    """The fp16 walk's WY pass of one head a program takes 168 registers a thread (three programs an
+    SM) where it runs alone before the walk (one piece, flags or not), and no cap beside the walk
+    (pieces), with two heads a program (the default where HV / H is even) or with wy_maxnreg=0;
+    the walk's cap only when asked for (walk_maxnreg).
     As compiled for a GPU (the interpreter takes no cap); recorded, not run (meta tensors)."""
     import gdn.ops.triton.forward as forward
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
@@ -315,11 +322,12 @@ def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
         caps.clear()
         forward.triton_forward(q, q, v, g, g, scale=0.25, use_qk_l2norm=True, **kw)
         return set(caps)
-    assert record(1) == {168}       # 2 walk programs on the interpreter's 4 "SMs": flags, one piece
-    assert record(2) == {168}       # 4: no flags
-    assert record(1, pieces=2) == {None}      # beside the walk: the flags' single WY launch
-    assert record(2, pieces=2) == {None}      # beside the walk: a WY launch a piece
-    assert record(2, wy_maxnreg=0) == {None}
+    assert record(1, wy_heads=1) == {168}       # 2 walk programs on the interpreter's 4 "SMs": flags, one piece
+    assert record(2, wy_heads=1) == {168}       # 4: no flags
+    assert record(1, wy_heads=1, pieces=2) == {None}      # beside the walk: the flags' single WY launch
+    assert record(2, wy_heads=1, pieces=2) == {None}      # beside the walk: a WY launch a piece
+    assert record(2, wy_heads=1, wy_maxnreg=0) == {None}
+    assert record(1) == record(2) == {None}     # two heads a program (HV / H = 2)
     assert record(2, wy_maxnreg=128) == {128}
     assert set(walk_caps) == {None}                  # the walk's own knob, off by default
     record(2, walk_maxnreg=168)
