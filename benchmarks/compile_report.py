@@ -39,12 +39,15 @@ import triton
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
+from triton.experimental.gluon._runtime import GluonASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
+import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
 KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel", "_chunk_out_kernel")
+GLUON_KERNELS = ("walk_gluon_kernel",)           # in gdn.ops.triton.walk_gluon (walk="gluon")
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
@@ -64,10 +67,13 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
     saved = {name: getattr(forward, name) for name in KERNELS}
+    saved_gluon = {name: getattr(walk_gluon, name) for name in GLUON_KERNELS}
     saved_sms, saved_tma = forward.num_sms, forward._tma_ready
     try:
         for name in KERNELS:
             setattr(forward, name, _Recorder(saved[name], launches))
+        for name in GLUON_KERNELS:
+            setattr(walk_gluon, name, _Recorder(saved_gluon[name], launches))
         forward.num_sms = lambda device: num_sms
         forward._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
@@ -82,6 +88,8 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     finally:
         for name, fn in saved.items():
             setattr(forward, name, fn)
+        for name, fn in saved_gluon.items():
+            setattr(walk_gluon, name, fn)
         forward.num_sms, forward._tma_ready = saved_sms, saved_tma
     return launches
 
@@ -105,7 +113,8 @@ def compile_launch(fn, args, kw, target):
             constexprs[(i,)] = spec
         elif isinstance(spec, str):
             attrs[(i,)] = backend.parse_attr(spec)
-    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+    source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
+    return triton.compile(source(fn, signature, constexprs, attrs), target=target, options=options)
 
 
 def ptxas_info(ptx, arch):

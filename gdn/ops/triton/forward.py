@@ -24,6 +24,7 @@ How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.sch
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
@@ -51,6 +52,16 @@ def _tma_ready(*tensors) -> bool:
     if triton_interpreting():
         return True
     return tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+
+
+@functools.cache
+def gluon_available() -> bool:
+    """Whether this Triton has Gluon's Hopper language (Triton 3.6 does; walk_gluon is written for it)."""
+    try:
+        import triton.experimental.gluon.language.nvidia.hopper  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _is_int(value, low: int) -> bool:
@@ -82,7 +93,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, out=None):
+                   operands=None, walk=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -139,6 +150,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gdn.ops.triton.walk_f16; needs use_qk_l2norm and |scale| <= 256; bf16 or fp16 inputs). None
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
     their tf32 walk on an H200).
+    ``walk="gluon"`` (fp16 walk only, CUDA only: Gluon has no interpreter) runs the state walk as
+    gdn.ops.triton.walk_gluon's kernel, whose matrix products run asynchronously: dense batches (T a
+    multiple of chunk_size when B > 1), one segment, one piece (the WY pass first, then the walk),
+    chunk_size 64, K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the
+    defaults take the wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128
+    and it applies, 16-17% faster there on an H200 (v17); "triton" elsewhere (varlen, B = 1, the
+    interpreter).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -225,11 +243,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if inverse is None:
         inverse = "blocks_parts" if wy_split > 0 else "product"
     stages_given = walk_stages is not None
+    wide_default = False          # the wide walk by the defaults below (where walk=None takes Gluon's)
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
         # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
         wide = N * HV * triton.cdiv(V, 64) >= 2 * num_sms(q.device)
         block_v = 64 if wide or state_split == 0 else 32
+        wide_default = wide and walk_stages is None
         if walk_stages is None and state_split > 0:
             walk_stages = 1 if wide else 2
     if walk_stages is None:
@@ -343,6 +363,36 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
+    if walk not in (None, "triton", "gluon"):
+        raise ValueError(f"walk must be None, 'triton' or 'gluon', got {walk!r}")
+    # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
+    # STAGES x (q, k, v, T, P) plus the state and three [BT, BV] operands in fp16 (walk_gluon).
+    gluon_smem = walk_stages * (4 * BT * K + 2 * BT * BV + 4 * BT * BT) + 2 * K * BV + 6 * BT * BV + 1024
+    gluon_fits = (f16 and cu_seqlens is None and P == 1 and (pieces or 1) == 1 and K in (64, 128, 256)
+                  and BT == 64 and V % BV == 0 and (B == 1 or T % BT == 0) and (walk_warps or num_warps) == 4
+                  and gluon_smem <= 227 * 1024 and _tma_ready(v))
+    # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x too).
+    # Meta tensors: compile_report's recorded launches, for an sm_90a target.
+    gluon_device = q.device.type == "meta" or (q.is_cuda and torch.version.hip is None
+                                                and torch.cuda.get_device_capability(q.device)[0] == 9)
+    gluon_ready = gluon_device and not triton_interpreting() and gluon_available()
+    if walk is None:
+        # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
+        # columns, one stage, K = 128): its products run asynchronously, 16-17% off B8 x T4k and
+        # B32 x T2k on an H200 (benchmarks/NOTES.md v17). At B = 1 it was 18% slower than the Triton
+        # walk in one piece, and that one runs beside the WY pass besides.
+        walk = "gluon" if (wide_default and gluon_fits and gluon_ready and BV == 64 and walk_stages == 1
+                           and K == 128) else "triton"
+    if walk == "gluon":
+        if not gluon_fits:
+            raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), a dense batch (T a "
+                             "multiple of chunk_size when B > 1), one segment, one piece, chunk_size 64, K in "
+                             f"(64, 128, 256), V a multiple of block_v ({BV}), 4 warps, v 16-byte aligned and "
+                             f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages})")
+        if not gluon_ready:
+            raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
+                             "kernels have no interpreter")
+        pieces = 1
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
@@ -484,5 +534,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
             FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)
+    if walk == "gluon":
+        from .walk_gluon import walk_gluon
+        walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, walk_stages, walk_warps or num_warps,
+                   walk_maxnreg)
+        return o, ht
     state_walk(0, 1 << 30, h0, ht)
     return o, ht

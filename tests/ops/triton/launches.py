@@ -1,11 +1,12 @@
 """Spies on the launcher's kernels (gdn.ops.triton.forward): what each launch was given."""
 
 
-def spy_launches(monkeypatch, name, record, run=True):
-    """Replace kernel ``name`` of gdn.ops.triton.forward for this test: each launch calls
-    record(grid, args, kw) after the kernel ran (run=False: instead of running it)."""
+def spy_launches(monkeypatch, name, record, run=True, module=None):
+    """Replace kernel ``name`` of gdn.ops.triton.forward (or of ``module``) for this test: each launch
+    calls record(grid, args, kw) after the kernel ran (run=False: instead of running it)."""
     import gdn.ops.triton.forward as forward
-    real = getattr(forward, name)
+    module = module or forward
+    real = getattr(module, name)
 
     class Spy:
         def __getitem__(self, grid):
@@ -14,7 +15,7 @@ def spy_launches(monkeypatch, name, record, run=True):
                     real[grid](*args, **kw)
                 record(grid, args, kw)
             return launch
-    monkeypatch.setattr(forward, name, Spy())
+    monkeypatch.setattr(module, name, Spy())
 
 
 def launch_flags(monkeypatch, kernel="_chunk_fwd_kernel", flag="F16"):

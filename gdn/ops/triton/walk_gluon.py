@@ -1,0 +1,200 @@
+"""The fp16 state walk (gdn.ops.triton.walk_f16's chunk) in Gluon, with asynchronous matrix products.
+
+The default at the wide shapes (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for
+it; benchmarks/NOTES.md v17: 16-17% faster there on an H200, 18% slower at B = 1 in one piece).
+Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
+series. Gluon issues
+warpgroup MMAs asynchronously and waits for a given number of them, so here only three products
+sit on the chain that carries the state, and the outputs' two ride beside it:
+
+    k S  ||  q S            (both read the state's fp16 copy; wait for k S only)
+    Z = v tau - e^G k S;  U = T diag(beta) Z                      (wait: U, and q S with it)
+    o = e^G q S + P U  ||  S <- e^{G_C} S + k^T (e^{G_C - G} U)   (wait: o, store it; then S)
+
+The numbers are walk_f16's: the same products on the same fp16 operands, scaled by the same powers
+of two (its module docstring), so the outputs and the state should equal the Triton walk's up to the
+order of the matrix units' sums. The tiles come by TMA from host-made descriptors over [tokens,
+heads x dim]: rows past the last token read as zeros, so dense batches need T a multiple of the
+chunk (else a chunk would read the next sequence's rows), and B = 1 takes any T. Dense batches only,
+one segment, one piece (the WY pass runs first).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .split_dot import tile_max
+from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+
+_LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
+
+
+@gluon.jit
+def _issue_chunk_loads(c, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base, i_h, i_hv, i_v,
+                       K: gl.constexpr, V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr,
+                       STAGES: gl.constexpr):
+    """TMA loads of chunk c's q, k [BT, K], v [BT, BV], T diag(beta) and P [BT, BT] into stage c % STAGES,
+    all counted on that stage's barrier."""
+    st = c % STAGES
+    bar = bars.index(st)
+    mbarrier.expect(bar, 2 * d_q.block_type.nbytes + d_v.block_type.nbytes + 2 * d_t.block_type.nbytes)
+    row = row_base + c * BT
+    tma.async_copy_global_to_shared(d_q, [row, i_h * K], bar, q_s.index(st))
+    tma.async_copy_global_to_shared(d_k, [row, i_h * K], bar, k_s.index(st))
+    tma.async_copy_global_to_shared(d_v, [row, i_hv * V + i_v * BV], bar, v_s.index(st))
+    tma.async_copy_global_to_shared(d_t, [row, i_hv * BT], bar, t_s.index(st))
+    tma.async_copy_global_to_shared(d_p, [row, i_hv * BT], bar, p_s.index(st))
+
+
+@gluon.jit
+def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t):
+    """The cumulative log-decays G [BT] of the chunk from token t0 (rows past T take G_last), its last
+    token's G_last and its first's G_0; zeros for a chunk past the end (the loads ahead of the last)."""
+    row0 = (row_base + t0).to(gl.int64)
+    live = t0 < T
+    b_G_last = gl.load(Gc + (row0 + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * HV + i_hv, mask=live, other=0.0)
+    m_t = (t0 + o_t) < T
+    b_G = gl.where(m_t, gl.load(Gc + (row0 + o_t) * HV + i_hv, mask=m_t, other=0.0), b_G_last)
+    b_G0 = gl.load(Gc + row0 * HV + i_hv, mask=live, other=0.0)
+    return b_G, b_G_last, b_G0
+
+
+@gluon.jit
+def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
+                      H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                      BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
+                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr):
+    """One program walks all chunks of one (sequence, value head, BV state columns).
+    d_q, d_k: descriptors of the l2-normalised fp16 q, k [B x T, H x K], blocks [BT, K]; d_v: v
+    [B x T, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [B x T, HV x BT], blocks
+    [BT, BT] (wy_kernel's F16 stores). Gc [B x T, HV] fp32 (the cumulative log-decays); o [B x T, HV,
+    V] in v's dtype; h0, ht [B x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Grid: (V / BV x B x HV,)."""
+    NV: gl.constexpr = V // BV
+    pid = gl.program_id(0)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    NT = gl.cdiv(T, BT)
+    row_base = i_n * T
+
+    # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, BV, 16])
+    rows_l: gl.constexpr = gl.SliceLayout(1, acc_l)
+    cols_l: gl.constexpr = gl.SliceLayout(0, acc_l)
+    q_s = gl.allocate_shared_memory(d_q.dtype, [STAGES, BT, K], d_q.layout)
+    k_s = gl.allocate_shared_memory(d_k.dtype, [STAGES, BT, K], d_k.layout)
+    v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
+    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)
+    p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i_st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i_st), count=1)
+    # The B operands formed here: the state's fp16 copy [K, BV], Z, U and e^{G_C - G} U [BT, BV].
+    s_s = gl.allocate_shared_memory(gl.float16, [K, BV], gl.NVMMASharedLayout.get_default_for([K, BV], gl.float16))
+    b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
+    z_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
+    u_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
+    uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
+
+    o_k = gl.arange(0, K, layout=rows_l)
+    o_v = i_v * BV + gl.arange(0, BV, layout=cols_l)
+    o_t = gl.arange(0, BT, layout=rows_l)
+    i_state = i_nh.to(gl.int64) * K * V
+    b_S = gl.zeros([K, BV], gl.float32, acc_l)
+    b_sig = gl.full([], 1.0, gl.float32)            # walk_f16: the walk holds sigma S
+    if HAS_H0:
+        b_S = gl.load(h0 + i_state + o_k[:, None] * V + o_v[None, :])
+        b_sig = pow2_below_inverse(tile_max(b_S))
+        b_S = b_S * b_sig
+    b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
+
+    for c in gl.static_range(STAGES - 1):           # the pipeline's first chunks
+        if c < NT:
+            _issue_chunk_loads(c, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base, i_h, i_hv,
+                               i_v, K, V, BT, BV, STAGES)
+    # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
+    # sit on the chain (the tiles come by TMA, stages ahead).
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
+    for c in range(0, NT):
+        # Chunk c + STAGES - 1 into the stage chunk c - 1 used: every product that read it was waited for.
+        gl.thread_barrier()
+        if c + STAGES - 1 < NT:
+            _issue_chunk_loads(c + STAGES - 1, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base,
+                               i_h, i_hv, i_v, K, V, BT, BV, STAGES)
+        st = c % STAGES
+        row0 = (row_base + c * BT).to(gl.int64)
+        m_t = (c * BT + o_t) < T
+        b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
+        mbarrier.wait(bars.index(st), (c // STAGES) & 1)
+
+        s_s.store(b_S.to(gl.float16))
+        fence_async_shared()
+        b_kS = warpgroup_mma(k_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
+        b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
+        # Beside the products: tau (Z's scale) from max |v| and the state's largest entry.
+        b_mS = tile_max(b_S) * (1.0 / b_sig)
+        b_v = v_s.index(st).load(acc_l).to(gl.float32)
+        b_tau = pow2_below_inverse(gl.maximum(tile_max(b_v), b_mS * gl.exp(b_G0)))
+        b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
+        b_eG = gl.exp2(b_G * _LOG2E + b_ld)
+        b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))          # q S may still run
+        b_Z = b_v * b_tau - b_kS * b_eG[:, None]
+        z_s.store(b_Z.to(gl.float16))
+        fence_async_shared()
+        b_U = warpgroup_mma(t_s.index(st), z_s, b_zero, use_acc=False, is_async=True)
+        b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
+        b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+        u_s.store(b_U.to(gl.float16))
+        uc_s.store(b_Uc.to(gl.float16))
+        fence_async_shared()
+        b_o = warpgroup_mma(p_s.index(st), u_s, b_qS * (scale * b_eG)[:, None], is_async=True)
+        b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_S * gl.exp2(b_G_last * _LOG2E + b_ld),
+                             is_async=True)
+        b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))              # the state's update still runs
+        p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
+        gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
+        b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
+        b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
+        b_sig = b_sig_next
+
+    for i_st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i_st))
+    if STORE_FINAL:
+        gl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S * (1.0 / b_sig))
+
+
+def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """A descriptor of a [B, T, heads, dim] tensor as [B x T, heads x dim] in [block] tiles."""
+    x2 = x.reshape(x.shape[0] * x.shape[1], x.shape[2] * x.shape[3])
+    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[x.dtype]
+    return TensorDescriptor.from_tensor(x2, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+
+
+def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None):
+    """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
+    fp16; Gc [B, T, HV] fp32; h0, ht [B, HV, K, V] fp32 or None. Dense batches need T % BT == 0; the
+    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
+    The launcher (gdn.ops.triton.forward) checks all of this with clear errors; here it is asserted."""
+    B, T, _, K = qn.shape
+    V = v.shape[-1]
+    if BT != 64 or num_warps != 4:
+        raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
+    if B > 1 and T % BT:
+        raise ValueError(f"walk='gluon' needs T a multiple of the chunk ({BT}) when B > 1, got T={T}")
+    if V % BV:
+        raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
+    walk_gluon_kernel[(V // BV * B * HV,)](
+        _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
+        Gc, o, o if h0 is None else h0, o if ht is None else ht, scale, T,
+        H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
+        num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

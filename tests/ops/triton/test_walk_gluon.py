@@ -1,0 +1,105 @@
+"""The fp16 walk in Gluon (gdn.ops.triton.walk_gluon, walk="gluon", experimental): on a GPU against
+the float64 reference and the Triton walk; everywhere, the calls it refuses. Gluon kernels have no
+interpreter, so on a CPU machine only the refusals run here (and the kernel's sm_90 compile in
+test_compiled.py)."""
+import pytest
+import torch
+
+from tests.ops.triton.launches import spy_launches
+from tests.reference import random_inputs, reference_gdn
+from tests.tolerances import assert_close
+
+pytest.importorskip("triton")
+
+
+HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("B, T, stages", [(1, 300, 3), (2, 256, 2), (2, 128, 1)])
+def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages):
+    """Partial last chunk at B = 1 (rows past the end read as zeros), whole chunks at B = 2, one to
+    three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, with and without an initial state: o within bf16's
+    rounding of the reference, S within fp16's, and both close to the Triton walk's (the same
+    products, summed in another order)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True,
+                                         seed=T, device="cuda")
+    for h0 in (S0, None):
+        for block_v in (32, 64):
+            call = dict(scale=64 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
+                        pieces=1, block_v=block_v,
+                        walk_stages=stages if block_v == 64 else max(stages, 2))   # refused: bf16 walk's v5 crash
+            o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+            o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+            o_t, S_t = triton_forward(q, k, v, g, beta, **call)
+            assert torch.isfinite(o).all() and torch.isfinite(S).all()
+            assert_close(o, o_ref, rtol=1e-2, name="o")
+            assert_close(S, S_ref, rtol=1.5e-3, name="S")
+            assert_close(o, o_t, rtol=5e-3, name="o against the Triton walk")
+            assert_close(S, S_t, rtol=1e-3, name="S against the Triton walk")
+
+
+def test_gluon_walk_refusals(monkeypatch):
+    """Outside what the kernel does, a ValueError that says what it needs: varlen, B > 1 with a partial
+    chunk, K outside 64/128/256, the bf16-parts walk, pieces, chunks other than 64 rows, other than 4
+    warps, more shared memory than an SM has; and no interpreter. Meta tensors: the refusals come
+    before any launch."""
+    import gdn.ops.triton.forward as forward
+
+    def call(B=1, T=128, K=64, device="meta", **kw):
+        q = torch.empty(B, T, 1, K, dtype=torch.bfloat16, device=device)
+        v = torch.empty(B, T, 2, 64, dtype=torch.bfloat16, device=device)
+        g = torch.zeros(B, T, 2, device=device)
+        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk="gluon", **kw)
+    q = torch.empty(1, 64, 1, 64, dtype=torch.bfloat16, device="meta")
+    g = torch.zeros(1, 64, 1, device="meta")
+    with pytest.raises(ValueError, match="walk must be None, 'triton' or 'gluon'"):
+        forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
+    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+    for kw in (dict(B=2, T=100), dict(K=32), dict(pieces=2), dict(operands="bf16_parts"), dict(chunk_size=32),
+               dict(walk_warps=8), dict(K=256, block_v=32, walk_stages=3),
+               dict(T=128, cu_seqlens=torch.tensor([0, 60, 128], dtype=torch.int32, device="meta"))):
+        with pytest.raises(ValueError, match="walk='gluon' needs the fp16 walk"):
+            call(**kw)
+    monkeypatch.setattr(forward, "triton_interpreting", lambda: True)
+    with pytest.raises(ValueError, match="needs an sm_90 CUDA GPU"):
+        call()
+
+
+def test_gluon_walk_is_the_wide_default(monkeypatch):
+    """walk=None takes the Gluon walk where the defaults choose the wide walk (64 columns, one stage:
+    batches x heads fill the SMs twice) at K = 128 on a GPU, and the Triton walk elsewhere: B = 1,
+    varlen, a partial chunk at B > 1, block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta
+    tensors, as on an sm_90 GPU with 132 SMs)."""
+    import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(forward, "num_sms", lambda device: 132)
+    walks = []
+    spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: walks.append("triton"), run=False)
+    spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: walks.append(("gluon", grid)), run=False,
+                 module=walk_gluon)
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: None, run=False)
+
+    def walk(B, T, K=128, **kw):
+        q = torch.empty(B, T, 16, K, dtype=torch.bfloat16, device="meta")
+        v = torch.empty(B, T, 32, 128, dtype=torch.bfloat16, device="meta")
+        g = torch.empty(B, T, 32, device="meta")
+        walks.clear()
+        forward.triton_forward(q, q, v, g, g, scale=K ** -0.5, use_qk_l2norm=True, output_final_state=True, **kw)
+        return walks
+    assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]           # 64 columns: 2 programs a head
+    assert walk(32, 256) == [("gluon", (2 * 32 * 32,))]
+    assert walk(8, 4000) == ["triton"]                              # a partial chunk at B > 1
+    assert walk(8, 4096, K=64) == ["triton"]                        # only the measured K = 128 by default
+    assert walk(8, 4096, K=64, walk="gluon") == [("gluon", (2 * 8 * 32,))]
+    assert walk(1, 8192) == ["triton"]                              # B = 1: narrow, beside the WY pass
+    assert walk(8, 4096, block_v=64) == ["triton"]                  # the shape asked for
+    assert walk(8, 4096, walk="triton") == ["triton"]
+    assert walk(8, 4096, chunk_size=32) == ["triton"]                # the kernel's tiles are 64 rows
+    assert walk(1, 8192, walk="gluon", pieces=1) == [("gluon", (4 * 32,))]     # 32 columns, asked for
+    cu = torch.empty(65, dtype=torch.int32, device="meta")        # 64 sequences: the wide walk
+    assert walk(1, 4096, cu_seqlens=cu) == ["triton"]               # varlen
