@@ -3,9 +3,8 @@
 The default at the wide shapes (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for
 it; benchmarks/NOTES.md v17: 16-17% faster there on an H200, 18% slower at B = 1 in one piece).
 Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
-series. Gluon issues
-warpgroup MMAs asynchronously and waits for a given number of them, so here only three products
-sit on the chain that carries the state, and the outputs' two ride beside it:
+series. Gluon issues warpgroup MMAs asynchronously and waits for a given number of them, so here
+only three products sit on the chain that carries the state, and the outputs' two ride beside it:
 
     k S  ||  q S            (both read the state's fp16 copy; wait for k S only)
     Z = v tau - e^G k S;  U = T diag(beta) Z                      (wait: U, and q S with it)
@@ -21,7 +20,6 @@ one segment, one piece (the WY pass runs first).
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
