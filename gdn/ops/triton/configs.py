@@ -104,6 +104,7 @@ CONFIGS = {
     "gluon walk": dict(walk="gluon"),
     "gluon walk st2": dict(walk="gluon", walk_stages=2),
     "triton walk": dict(walk="triton"),
+    "gluon walk state first": dict(walk="gluon", gluon_state_first=True),   # v18 candidate, compiled only
 }
 
 

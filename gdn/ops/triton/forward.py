@@ -93,7 +93,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, out=None):
+                   operands=None, walk=None, gluon_state_first=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -156,7 +156,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     chunk_size 64, K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the
     defaults take the wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128
     and it applies, 16-17% faster there on an H200 (v17); "triton" elsewhere (varlen, B = 1, the
-    interpreter).
+    interpreter). ``gluon_state_first`` has that kernel issue the state's update before P U (the
+    matrix units take them in order; a candidate, not yet run on a GPU).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -537,7 +538,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk == "gluon":
         from .walk_gluon import walk_gluon
         walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, walk_stages, walk_warps or num_warps,
-                   walk_maxnreg)
+                   walk_maxnreg, gluon_state_first)
         return o, ht
     state_walk(0, 1 << 30, h0, ht)
     return o, ht

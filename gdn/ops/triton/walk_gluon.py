@@ -66,12 +66,14 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
 def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr):
+                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr,
+                      STATE_FIRST: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [B x T, H x K], blocks [BT, K]; d_v: v
     [B x T, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [B x T, HV x BT], blocks
     [BT, BT] (wy_kernel's F16 stores). Gc [B x T, HV] fp32 (the cumulative log-decays); o [B x T, HV,
-    V] in v's dtype; h0, ht [B x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Grid: (V / BV x B x HV,)."""
+    V] in v's dtype; h0, ht [B x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Grid: (V / BV x B x HV,).
+    STATE_FIRST issues the state's update before P U (a candidate: not yet run on a GPU)."""
     NV: gl.constexpr = V // BV
     pid = gl.program_id(0)
     i_v = pid % NV
@@ -155,14 +157,25 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
         u_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))
         fence_async_shared()
-        b_o = warpgroup_mma(p_s.index(st), u_s, b_qS * (scale * b_eG)[:, None], is_async=True)
-        b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_S * gl.exp2(b_G_last * _LOG2E + b_ld),
-                             is_async=True)
-        b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))              # the state's update still runs
         p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
-        gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
-        b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
-        b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
+        b_acc_o = b_qS * (scale * b_eG)[:, None]
+        b_acc_S = b_S * gl.exp2(b_G_last * _LOG2E + b_ld)
+        if STATE_FIRST:
+            # The matrix units take the groups in order: the state's update first, so that P U is off
+            # the chain (it runs while the state is rescaled; o is stored after).
+            b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_acc_S, is_async=True)
+            b_o = warpgroup_mma(p_s.index(st), u_s, b_acc_o, is_async=True)
+            b_S = warpgroup_mma_wait(num_outstanding=1, deps=(b_Sn,))          # P U still runs
+            b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
+            b_o = warpgroup_mma_wait(num_outstanding=0, deps=(b_o,))
+            gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
+        else:
+            b_o = warpgroup_mma(p_s.index(st), u_s, b_acc_o, is_async=True)
+            b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_acc_S, is_async=True)
+            b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
+            gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
+            b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
+            b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
         b_sig = b_sig_next
 
     for i_st in gl.static_range(STAGES):
@@ -178,10 +191,12 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x2, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
 
 
-def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None):
+def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
+               state_first=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [B, HV, K, V] fp32 or None. Dense batches need T % BT == 0; the
-    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
+    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
+    state_first: walk_gluon_kernel's STATE_FIRST.
     The launcher (gdn.ops.triton.forward) checks all of this with clear errors; here it is asserted."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -195,4 +210,4 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
         Gc, o, o if h0 is None else h0, o if ht is None else ht, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))
+        num_warps=num_warps, STATE_FIRST=state_first, **(dict(maxnreg=maxnreg) if maxnreg else {}))
