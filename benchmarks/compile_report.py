@@ -46,8 +46,9 @@ import gdn.ops.triton.forward as forward         # noqa: E402
 import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
-KERNELS = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel", "_chunk_out_kernel")
-GLUON_KERNELS = ("walk_gluon_kernel",)           # in gdn.ops.triton.walk_gluon (walk="gluon")
+# (module, name) of every kernel the launcher may run: the Gluon walk's lives in its own module.
+KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel",
+                                             "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),)
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
@@ -66,14 +67,11 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
     launches = []
-    saved = {name: getattr(forward, name) for name in KERNELS}
-    saved_gluon = {name: getattr(walk_gluon, name) for name in GLUON_KERNELS}
+    saved = {(module, name): getattr(module, name) for module, name in KERNELS}
     saved_sms, saved_tma = forward.num_sms, forward._tma_ready
     try:
-        for name in KERNELS:
-            setattr(forward, name, _Recorder(saved[name], launches))
-        for name in GLUON_KERNELS:
-            setattr(walk_gluon, name, _Recorder(saved_gluon[name], launches))
+        for (module, name), fn in saved.items():
+            setattr(module, name, _Recorder(fn, launches))
         forward.num_sms = lambda device: num_sms
         forward._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
@@ -86,10 +84,8 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
         forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
-        for name, fn in saved.items():
-            setattr(forward, name, fn)
-        for name, fn in saved_gluon.items():
-            setattr(walk_gluon, name, fn)
+        for (module, name), fn in saved.items():
+            setattr(module, name, fn)
         forward.num_sms, forward._tma_ready = saved_sms, saved_tma
     return launches
 

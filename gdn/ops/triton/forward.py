@@ -372,25 +372,27 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gluon_fits = (f16 and cu_seqlens is None and P == 1 and (pieces or 1) == 1 and K in (64, 128, 256)
                   and BT == 64 and V % BV == 0 and (B == 1 or T % BT == 0) and (walk_warps or num_warps) == 4
                   and gluon_smem <= 227 * 1024 and _tma_ready(v))
-    # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x too).
-    # Meta tensors: compile_report's recorded launches, for an sm_90a target.
-    gluon_device = q.device.type == "meta" or (q.is_cuda and torch.version.hip is None
-                                                and torch.cuda.get_device_capability(q.device)[0] == 9)
-    gluon_ready = gluon_device and not triton_interpreting() and gluon_available()
+
+    def gluon_ready():
+        # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x
+        # too). Meta tensors: compile_report's recorded launches, for an sm_90a target.
+        device = q.device.type == "meta" or (q.is_cuda and torch.version.hip is None
+                                             and torch.cuda.get_device_capability(q.device)[0] == 9)
+        return device and not triton_interpreting() and gluon_available()
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
         # columns, one stage, K = 128): its products run asynchronously, 16-17% off B8 x T4k and
         # B32 x T2k on an H200 (benchmarks/NOTES.md v17). At B = 1 it was 18% slower than the Triton
         # walk in one piece, and that one runs beside the WY pass besides.
-        walk = "gluon" if (wide_default and gluon_fits and gluon_ready and BV == 64 and walk_stages == 1
-                           and K == 128) else "triton"
+        walk = "gluon" if (wide_default and gluon_fits and BV == 64 and walk_stages == 1 and K == 128
+                           and gluon_ready()) else "triton"
     if walk == "gluon":
         if not gluon_fits:
             raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), a dense batch (T a "
                              "multiple of chunk_size when B > 1), one segment, one piece, chunk_size 64, K in "
                              f"(64, 128, 256), V a multiple of block_v ({BV}), 4 warps, v 16-byte aligned and "
                              f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages})")
-        if not gluon_ready:
+        if not gluon_ready():
             raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
         pieces = 1

@@ -197,7 +197,7 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     fp16; Gc [B, T, HV] fp32; h0, ht [B, HV, K, V] fp32 or None. Dense batches need T % BT == 0; the
     tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
     state_first: walk_gluon_kernel's STATE_FIRST.
-    The launcher (gdn.ops.triton.forward) checks all of this with clear errors; here it is asserted."""
+    The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or num_warps != 4:
