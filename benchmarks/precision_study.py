@@ -13,7 +13,12 @@ roundings, on bf16 inputs, and prints the relative error of o and of the final s
 exact float64 walk, for both gate regimes of GUIDE.md section 2 (benchmarks/NOTES.md v11 has the
 table it printed). A rounding is "b1", "b2" (bf16 parts), "h" (fp16) or "" (exact).
 
-    python benchmarks/precision_study.py [--T 2048] [--heads 4]
+The in-chunk inverse T = (I + A)^-1 is exact unless ``inverse`` names one of the WY pass's product
+algorithms (gdn/ops/triton/wy.py), replayed with its operands rounded as the matrix units take them
+(benchmarks/NOTES.md v18). ``--keys smooth`` draws keys that drift slowly along the sequence (each
+close to its neighbours, as a model's keys often are), where the inverse's partial products grow.
+
+    python benchmarks/precision_study.py [--T 2048] [--heads 4] [--keys random|smooth]
 """
 from __future__ import annotations
 
@@ -38,10 +43,49 @@ def rounded(x: torch.Tensor, how: str) -> torch.Tensor:
     return x if how == "" else out
 
 
-def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", o_bf16=True):
+def dot_f16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b on fp16 matrix units: each operand rounded to fp16 once."""
+    return rounded(a, "h") @ rounded(b, "h")
+
+
+def dot_f16x2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b from pairs of fp16 parts (split_dot.dot_f16x2): a_2 b_1 + a_1 b_2 + a_1 b_1."""
+    a1, b1 = rounded(a, "h"), rounded(b, "h")
+    a2, b2 = rounded(a - a1, "h"), rounded(b - b1, "h")
+    return a2 @ b1 + a1 @ b2 + a1 @ b1
+
+
+def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tensor:
+    """(I + A)^-1 for strictly lower A [n, C, C] as the WY pass forms it. Both algorithms first invert
+    the block x block diagonal blocks as (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) from fp16 pairs
+    (X), with N = X A_off. how="f16x2 product": then (I - N)(I + N^2) X from fp16 pairs (v13's merge);
+    "fp16 substitution": T <- X - N T from T = X, once a block row below the first, on plain fp16
+    products (block forward substitution: no partial products larger than T's own)."""
+    n = A.shape[-1]
+    eye_b = torch.eye(block, dtype=A.dtype)
+    same = torch.block_diag(*[torch.ones(block, block)] * (n // block)).bool()
+    blocks = A.unflatten(-1, (n // block, block)).unflatten(-3, (n // block, block))
+    Ad = torch.diagonal(blocks, dim1=-4, dim2=-2).permute(0, 3, 1, 2)      # [chunks, NB, block, block]
+    X, P = eye_b - Ad, Ad
+    for _ in range(3):
+        P = dot_f16x2(P, P)
+        X = dot_f16x2(X, eye_b + P)
+    X = torch.stack([torch.block_diag(*x) for x in X])
+    N = dot_f16x2(X, torch.where(same, 0.0, A)) if how == "f16x2 product" else dot_f16(X, torch.where(same, 0.0, A))
+    if how == "f16x2 product":
+        eye = torch.eye(n, dtype=A.dtype)
+        return dot_f16x2(dot_f16x2(eye - N, eye + dot_f16x2(N, N)), X)
+    T = X
+    for _ in range(n // block - 1):
+        T = X - dot_f16(N, T)
+    return T
+
+
+def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", inverse="", o_bf16=True):
     """One (sequence, head) in float64: q, k [T, K], v [T, V], g, beta [T], the values of bf16 inputs.
     The keywords say how each operand is rounded; qk: q and k normalised and then rounded (else the
-    norm factors scale the fp32 results). Returns o (rounded to bf16 unless o_bf16=False) and S."""
+    norm factors scale the fp32 results); inverse: unit_lower_inverse's algorithm ("" exact). Returns
+    o (rounded to bf16 unless o_bf16=False) and S."""
     n, Kd = q.shape[0] // C, q.shape[1]
     scale = Kd ** -0.5
     q, k, v, g, beta = (x.reshape(n, C, *x.shape[1:]) for x in (q, k, v, g, beta))
@@ -50,7 +94,9 @@ def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", o_bf16=True):
     D = (G[:, :, None] - G[:, None, :]).tril().exp().tril()
     A = (beta[:, :, None] * (k @ k.transpose(-1, -2)) * rk[:, :, None] * rk[:, None, :] * D).tril(-1)
     eye = torch.eye(C, dtype=q.dtype)
-    Tb = rounded(torch.linalg.solve_triangular(eye + A, eye.expand_as(A), upper=False) * beta[:, None, :], T)
+    Ti = unit_lower_inverse(A, inverse) if inverse else torch.linalg.solve_triangular(eye + A, eye.expand_as(A),
+                                                                                       upper=False)
+    Tb = rounded(Ti * beta[:, None, :], T)
     Pm = rounded((q @ k.transpose(-1, -2)) * D * (scale * rq)[:, :, None] * rk[:, None, :], P)
     if qk:                       # normalised, then rounded: the norm factors leave the fp32 results
         q, k = rounded(q * rq[..., None], qk), rounded(k * rk[..., None], qk)
@@ -72,6 +118,10 @@ VARIANTS = {
     "one bf16 part, q and k rounded (FLA)": dict(S="b1", Z="b1", T="b1", P="b1", U="b1", qk="b1"),
     "one bf16 part, norms folded": dict(S="b1", Z="b1", T="b1", P="b1", U="b1"),
     "one fp16 operand everywhere (v11)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h"),
+    "v11, T from fp16 pairs (v13's inverse)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
+                                                    inverse="f16x2 product"),
+    "v11, T's merge by fp16 substitution (v18)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
+                                                       inverse="fp16 substitution"),
 }
 
 
@@ -79,14 +129,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, default=2048)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--keys", choices=("random", "smooth"), default="random")
     args = ap.parse_args()
     for gates in ("decaying", "long"):
         inputs = random_problem(1, args.T, args.heads, args.heads, 128, 128, dtype=torch.bfloat16, gates=gates,
                                 seed=1)
+        if args.keys == "smooth":               # a slow random walk: each key near its neighbours
+            gen = torch.Generator().manual_seed(2)
+            k = torch.randn(1, 1, args.heads, 128, generator=gen) * 4
+            k = k + 0.15 * torch.randn(1, args.T, args.heads, 128, generator=gen).cumsum(1)
+            inputs = (inputs[0], k.bfloat16(), *inputs[2:])
         heads = [tuple(x.double()[0, :, h] for x in inputs) for h in range(args.heads)]
         exact = [walk(*x, o_bf16=False) for x in heads]
         o_ref, S_ref = torch.stack([e[0] for e in exact]), torch.stack([e[1] for e in exact])
-        print(f"gates={gates}, T={args.T}, {args.heads} heads of 128 (o includes its rounding to bf16)")
+        print(f"gates={gates}, keys={args.keys}, T={args.T}, {args.heads} heads of 128 (o includes its rounding "
+              "to bf16)")
         for name, kw in VARIANTS.items():
             got = [walk(*x, **kw) for x in heads]
             o, S = torch.stack([x[0] for x in got]), torch.stack([x[1] for x in got])

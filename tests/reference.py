@@ -66,3 +66,19 @@ def random_inputs(B, T, H, HV, K, V, *, dtype=torch.float64, gate="normal", beta
     gates = lambda x: x.to(device=device, dtype=gate_dtype)
     S0 = None if S0 is None else S0.to(device=device, dtype=gate_dtype)
     return cast(q), cast(k), cast(v), gates(g), gates(beta), S0
+
+
+def parallel_key_inputs(beta_max=1.0, *, device="cpu", T=128, K=32, V=32):
+    """The in-chunk inverse's hard case, bf16 inputs: nearly parallel keys (one direction plus 5%
+    noise), beta in [0.9, 1] x beta_max and slow decay (g in [-0.01, 0]), for B = 1, H = 1, HV = 2, and
+    an fp32 initial state. The inverse's partial products (powers of A's 16 x 16 blocks) grow to
+    thousands here while the inverse stays near 1. Returns q, k, v, g, beta, S0."""
+    gen = torch.Generator().manual_seed(0)
+    B, H, HV = 1, 1, 2
+    k = (torch.randn(K, generator=gen) + 0.05 * torch.randn(B, T, H, K, generator=gen)).bfloat16()
+    q = torch.randn(B, T, H, K, generator=gen).bfloat16()
+    v = torch.randn(B, T, HV, V, generator=gen).bfloat16()
+    g = -torch.rand(B, T, HV, generator=gen) * 0.01
+    beta = (0.9 + 0.1 * torch.rand(B, T, HV, generator=gen)) * beta_max
+    S0 = torch.randn(B, HV, K, V, generator=gen)
+    return tuple(x.to(device) for x in (q, k, v, g, beta, S0))

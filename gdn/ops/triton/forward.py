@@ -39,6 +39,7 @@ from .schedule import (choose_flag_group, choose_pieces, choose_segments, num_sm
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
+INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "product", "substitution")   # wy.py
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -93,14 +94,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, gluon_state_first=False, out=None):
+                   operands=None, walk=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed ("blocks", "blocks_parts", "product" or
-    "substitution", see gdn.ops.triton.wy); ``out`` an output buffer ``[B, T, HV, V]``
+    how the in-chunk triangular inverse is formed (INVERSES, see gdn.ops.triton.wy.unit_lower_inverse); ``out`` an output buffer ``[B, T, HV, V]``
     in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
@@ -137,8 +137,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
-    ``inverse`` defaults to "blocks_f16" with the fp16 walk (v13: pairs of fp16 parts where a chunk's
-    |A_ij| <= 1, tf32x3 elsewhere), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
+    ``inverse`` defaults to "blocks_f16_subst" with the fp16 walk (v18: the diagonal blocks from pairs of
+    fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere, and the merge by substitution on fp16
+    products), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
@@ -155,9 +156,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     multiple of chunk_size when B > 1), one segment, one piece (the WY pass first, then the walk),
     chunk_size 64, K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the
     defaults take the wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128
-    and it applies, 16-17% faster there on an H200 (v17); "triton" elsewhere (varlen, B = 1, the
-    interpreter). ``gluon_state_first`` has that kernel issue the state's update before P U (the
-    matrix units take them in order; a candidate, not yet run on a GPU).
+    and it applies, 22-23% faster there on an H200 (v18); "triton" elsewhere (varlen, B = 1, the
+    interpreter).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -237,9 +237,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
     attn_in = attention == "stored" and wy_split > 0 and state_split > 0    # elsewhere the walk forms it
-    if inverse not in (None, "blocks", "blocks_parts", "blocks_f16", "product", "substitution"):
-        raise ValueError(f"inverse must be 'blocks', 'blocks_parts', 'blocks_f16', 'product' or 'substitution', "
-                         f"got {inverse!r}")
+    if inverse not in (None, *INVERSES):
+        raise ValueError(f"inverse must be one of {', '.join(map(repr, INVERSES))}, got {inverse!r}")
     inverse_given = inverse is not None
     if inverse is None:
         inverse = "blocks_parts" if wy_split > 0 else "product"
@@ -321,9 +320,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # (benchmarks/NOTES.md v16). One head elsewhere (the bf16-parts passes: not measured).
         wy_heads = 2 if f16 and (HV // H) % 2 == 0 else 1
     if f16 and not inverse_given:
-        # The inverse from pairs of fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere: 8-12% off
-        # the whole call on an H200 (v13); T is stored at fp16's 11 bits here anyway.
-        inverse = "blocks_f16"
+        # The inverse's diagonal blocks from pairs of fp16 parts where a chunk's |A_ij| <= 1 (tf32x3
+        # elsewhere: 8-12% off the whole call on an H200, v13), its merge by substitution on plain fp16
+        # products (the WY pass 14% faster, the wide shapes 6%: v18); T is stored at fp16's 11 bits here.
+        inverse = "blocks_f16_subst"
+    if inverse == "blocks_f16_subst" and not f16:
+        raise ValueError("inverse='blocks_f16_subst' needs the fp16 walk (operands='fp16' applies): its T is exact "
+                         "to fp16's 11 bits, as that walk stores it")
     if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:
         # The narrow fp16 walk's loads two chunks ahead (q, k, v, T and P a stage): at one chunk ahead its
         # first wait held a quarter of its time (ncu, v12); 173 KB with a WY program's 33 KB beside.
@@ -367,8 +370,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk not in (None, "triton", "gluon"):
         raise ValueError(f"walk must be None, 'triton' or 'gluon', got {walk!r}")
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
-    # STAGES x (q, k, v, T, P) plus the state and three [BT, BV] operands in fp16 (walk_gluon).
-    gluon_smem = walk_stages * (4 * BT * K + 2 * BT * BV + 4 * BT * BT) + 2 * K * BV + 6 * BT * BV + 1024
+    # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k; the state and
+    # two [BT, BV] operands; a margin for the barriers.
+    gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
+        + 2 * K * BV + 4 * BT * BV + 1024
     gluon_fits = (f16 and cu_seqlens is None and P == 1 and (pieces or 1) == 1 and K in (64, 128, 256)
                   and BT == 64 and V % BV == 0 and (B == 1 or T % BT == 0) and (walk_warps or num_warps) == 4
                   and gluon_smem <= 227 * 1024 and _tma_ready(v))
@@ -381,9 +386,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         return device and not triton_interpreting() and gluon_available()
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
-        # columns, one stage, K = 128): its products run asynchronously, 16-17% off B8 x T4k and
-        # B32 x T2k on an H200 (benchmarks/NOTES.md v17). At B = 1 it was 18% slower than the Triton
-        # walk in one piece, and that one runs beside the WY pass besides.
+        # columns, one stage, K = 128): asynchronous products and a ring for each kind of tile, 22-23%
+        # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18). At B = 1 it runs after
+        # the WY pass (one piece), 8% slower than the Triton walk beside it (v18).
         walk = "gluon" if (wide_default and gluon_fits and BV == 64 and walk_stages == 1 and K == 128
                            and gluon_ready()) else "triton"
     if walk == "gluon":
@@ -540,7 +545,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk == "gluon":
         from .walk_gluon import walk_gluon
         walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, walk_stages, walk_warps or num_warps,
-                   walk_maxnreg, gluon_state_first)
+                   walk_maxnreg)
         return o, ht
     state_walk(0, 1 << 30, h0, ht)
     return o, ht

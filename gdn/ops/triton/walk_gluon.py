@@ -1,7 +1,8 @@
 """The fp16 state walk (gdn.ops.triton.walk_f16's chunk) in Gluon, with asynchronous matrix products.
 
 The default at the wide shapes (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for
-it; benchmarks/NOTES.md v17: 16-17% faster there on an H200, 18% slower at B = 1 in one piece).
+it; benchmarks/NOTES.md v17-v18: 22-23% faster there than the Triton walk on an H200; at B = 1, in one
+piece, 8% slower than the default there, the Triton walk beside the WY pass).
 Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
 series. Gluon issues warpgroup MMAs asynchronously and waits for a given number of them, so here
 only three products sit on the chain that carries the state, and the outputs' two ride beside it:
@@ -13,9 +14,10 @@ only three products sit on the chain that carries the state, and the outputs' tw
 The numbers are walk_f16's: the same products on the same fp16 operands, scaled by the same powers
 of two (its module docstring), so the outputs and the state should equal the Triton walk's up to the
 order of the matrix units' sums. The tiles come by TMA from host-made descriptors over [tokens,
-heads x dim]: rows past the last token read as zeros, so dense batches need T a multiple of the
-chunk (else a chunk would read the next sequence's rows), and B = 1 takes any T. Dense batches only,
-one segment, one piece (the WY pass runs first).
+heads x dim], each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
+one stage too every tile comes about a chunk ahead: v18). Rows past the last token read as zeros,
+so dense batches need T a multiple of the chunk (else a chunk would read the next sequence's rows),
+and B = 1 takes any T. Dense batches only, one segment, one piece (the WY pass runs first).
 """
 from __future__ import annotations
 
@@ -33,20 +35,38 @@ _LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
 
 
 @gluon.jit
-def _issue_chunk_loads(c, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base, i_h, i_hv, i_v,
-                       K: gl.constexpr, V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr,
-                       STAGES: gl.constexpr):
-    """TMA loads of chunk c's q, k [BT, K], v [BT, BV], T diag(beta) and P [BT, BT] into stage c % STAGES,
-    all counted on that stage's barrier."""
-    st = c % STAGES
-    bar = bars.index(st)
-    mbarrier.expect(bar, 2 * d_q.block_type.nbytes + d_v.block_type.nbytes + 2 * d_t.block_type.nbytes)
-    row = row_base + c * BT
-    tma.async_copy_global_to_shared(d_q, [row, i_h * K], bar, q_s.index(st))
-    tma.async_copy_global_to_shared(d_k, [row, i_h * K], bar, k_s.index(st))
-    tma.async_copy_global_to_shared(d_v, [row, i_hv * V + i_v * BV], bar, v_s.index(st))
-    tma.async_copy_global_to_shared(d_t, [row, i_hv * BT], bar, t_s.index(st))
-    tma.async_copy_global_to_shared(d_p, [row, i_hv * BT], bar, p_s.index(st))
+def _issue(c, NT, bars, DEPTH: gl.constexpr, row_base, BT: gl.constexpr, d_a, col_a, a_s, d_b=None, col_b=0,
+           b_s=None):
+    """TMA loads of chunk c's tile of d_a at column col_a (and of d_b at col_b: a tile used beside it)
+    into slot c % DEPTH of their rings a_s (b_s), counted on that slot's barrier; nothing past the
+    last chunk. The slot's last reader, chunk c - DEPTH, is done with it in every thread (the barrier:
+    products waited for, register loads used)."""
+    gl.thread_barrier()
+    if c < NT:
+        slot = c % DEPTH
+        bar = bars.index(slot)
+        row = row_base + c * BT
+        if d_b is None:
+            mbarrier.expect(bar, d_a.block_type.nbytes)
+        else:
+            mbarrier.expect(bar, d_a.block_type.nbytes + d_b.block_type.nbytes)
+            tma.async_copy_global_to_shared(d_b, [row, col_b], bar, b_s.index(slot))
+        tma.async_copy_global_to_shared(d_a, [row, col_a], bar, a_s.index(slot))
+
+
+@gluon.jit
+def _barriers(DEPTH: gl.constexpr):
+    """One initialised mbarrier for each of a ring's DEPTH slots."""
+    bars = gl.allocate_shared_memory(gl.int64, [DEPTH, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(DEPTH):
+        mbarrier.init(bars.index(i), count=1)
+    return bars
+
+
+@gluon.jit
+def _wait(bars, c, DEPTH: gl.constexpr):
+    """Wait for chunk c's tiles in slot c % DEPTH of a ring (its (c // DEPTH)-th fill)."""
+    mbarrier.wait(bars.index(c % DEPTH), (c // DEPTH) & 1)
 
 
 @gluon.jit
@@ -66,14 +86,18 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
 def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr,
-                      STATE_FIRST: gl.constexpr = False):
+                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [B x T, H x K], blocks [BT, K]; d_v: v
     [B x T, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [B x T, HV x BT], blocks
     [BT, BT] (wy_kernel's F16 stores). Gc [B x T, HV] fp32 (the cumulative log-decays); o [B x T, HV,
     V] in v's dtype; h0, ht [B x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Grid: (V / BV x B x HV,).
-    STATE_FIRST issues the state's update before P U (a candidate: not yet run on a GPU)."""
+
+    Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
+    c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
+    start: v once it is in registers, q and T after U and q S, P after o, k a chunk earlier (its own
+    extra slot). So even at one stage every tile is loaded about a chunk ahead of its use."""
+    KS: gl.constexpr = STAGES + 1
     NV: gl.constexpr = V // BV
     pid = gl.program_id(0)
     i_v = pid % NV
@@ -83,25 +107,29 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
     i_h = i_hv // (HV // H)
     NT = gl.cdiv(T, BT)
     row_base = i_n * T
+    col_qk = i_h * K
+    col_v = i_hv * V + i_v * BV
+    col_tp = i_hv * BT
 
     # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, BV, 16])
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_l)
     cols_l: gl.constexpr = gl.SliceLayout(0, acc_l)
+    k_s = gl.allocate_shared_memory(d_k.dtype, [KS, BT, K], d_k.layout)
     q_s = gl.allocate_shared_memory(d_q.dtype, [STAGES, BT, K], d_q.layout)
-    k_s = gl.allocate_shared_memory(d_k.dtype, [STAGES, BT, K], d_k.layout)
+    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)      # beside q, on qt_bars
     v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
-    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)
     p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i_st in gl.static_range(STAGES):
-        mbarrier.init(bars.index(i_st), count=1)
-    # The B operands formed here: the state's fp16 copy [K, BV], Z, U and e^{G_C - G} U [BT, BV].
+    k_bars = _barriers(KS)
+    qt_bars = _barriers(STAGES)
+    v_bars = _barriers(STAGES)
+    p_bars = _barriers(STAGES)
+    # The B operands formed here: the state's fp16 copy [K, BV], Z (then U in the same buffer: U = T Z
+    # is waited for before U is stored) and e^{G_C - G} U [BT, BV].
     s_s = gl.allocate_shared_memory(gl.float16, [K, BV], gl.NVMMASharedLayout.get_default_for([K, BV], gl.float16))
     b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
-    z_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
-    u_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
+    zu_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
     uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
 
     o_k = gl.arange(0, K, layout=rows_l)
@@ -116,70 +144,70 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
         b_S = b_S * b_sig
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
-    for c in gl.static_range(STAGES - 1):           # the pipeline's first chunks
-        if c < NT:
-            _issue_chunk_loads(c, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base, i_h, i_hv,
-                               i_v, K, V, BT, BV, STAGES)
+    for c in gl.static_range(STAGES):               # the rings' first fills
+        _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
+        _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
+        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
-    # sit on the chain (the tiles come by TMA, stages ahead).
+    # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
-        # Chunk c + STAGES - 1 into the stage chunk c - 1 used: every product that read it was waited for.
-        gl.thread_barrier()
-        if c + STAGES - 1 < NT:
-            _issue_chunk_loads(c + STAGES - 1, d_q, d_k, d_v, d_t, d_p, q_s, k_s, v_s, t_s, p_s, bars, row_base,
-                               i_h, i_hv, i_v, K, V, BT, BV, STAGES)
+        # k of chunk c + STAGES into the slot chunk c - 1 used (its state update was waited for).
+        _issue(c + STAGES, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         st = c % STAGES
+        sk = c % KS
         row0 = (row_base + c * BT).to(gl.int64)
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
-        mbarrier.wait(bars.index(st), (c // STAGES) & 1)
 
         s_s.store(b_S.to(gl.float16))
         fence_async_shared()
-        b_kS = warpgroup_mma(k_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
+        _wait(k_bars, c, KS)
+        b_kS = warpgroup_mma(k_s.index(sk), s_s, b_zero, use_acc=False, is_async=True)
+        _wait(qt_bars, c, STAGES)
         b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
         # Beside the products: tau (Z's scale) from max |v| and the state's largest entry.
         b_mS = tile_max(b_S) * (1.0 / b_sig)
+        _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).load(acc_l).to(gl.float32)
         b_tau = pow2_below_inverse(gl.maximum(tile_max(b_v), b_mS * gl.exp(b_G0)))
         b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
         b_eG = gl.exp2(b_G * _LOG2E + b_ld)
         b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))          # q S may still run
         b_Z = b_v * b_tau - b_kS * b_eG[:, None]
-        z_s.store(b_Z.to(gl.float16))
+        zu_s.store(b_Z.to(gl.float16))
         fence_async_shared()
-        b_U = warpgroup_mma(t_s.index(st), z_s, b_zero, use_acc=False, is_async=True)
+        _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
+        b_U = warpgroup_mma(t_s.index(st), zu_s, b_zero, use_acc=False, is_async=True)
+        # (Waiting for U alone, with q S outstanding, crashes ptxas 12.8 here: both at once.)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
         b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
-        u_s.store(b_U.to(gl.float16))
+        zu_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))
         fence_async_shared()
         p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
         b_acc_o = b_qS * (scale * b_eG)[:, None]
         b_acc_S = b_S * gl.exp2(b_G_last * _LOG2E + b_ld)
-        if STATE_FIRST:
-            # The matrix units take the groups in order: the state's update first, so that P U is off
-            # the chain (it runs while the state is rescaled; o is stored after).
-            b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_acc_S, is_async=True)
-            b_o = warpgroup_mma(p_s.index(st), u_s, b_acc_o, is_async=True)
-            b_S = warpgroup_mma_wait(num_outstanding=1, deps=(b_Sn,))          # P U still runs
-            b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
-            b_o = warpgroup_mma_wait(num_outstanding=0, deps=(b_o,))
-            gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
-        else:
-            b_o = warpgroup_mma(p_s.index(st), u_s, b_acc_o, is_async=True)
-            b_Sn = warpgroup_mma(k_s.index(st).permute((1, 0)), uc_s, b_acc_S, is_async=True)
-            b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
-            gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
-            b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
-            b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
+        _wait(p_bars, c, STAGES)
+        b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
+        b_Sn = warpgroup_mma(k_s.index(sk).permute((1, 0)), uc_s, b_acc_S, is_async=True)
+        b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
+        _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
+        b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
+        b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
         b_sig = b_sig_next
 
-    for i_st in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(i_st))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(qt_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+        mbarrier.invalidate(p_bars.index(i))
+    for i in gl.static_range(KS):
+        mbarrier.invalidate(k_bars.index(i))
     if STORE_FINAL:
         gl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S * (1.0 / b_sig))
 
@@ -191,12 +219,10 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x2, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
 
 
-def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               state_first=False):
+def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [B, HV, K, V] fp32 or None. Dense batches need T % BT == 0; the
-    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
-    state_first: walk_gluon_kernel's STATE_FIRST.
+    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -210,4 +236,4 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
         Gc, o, o if h0 is None else h0, o if ht is None else ht, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        num_warps=num_warps, STATE_FIRST=state_first, **(dict(maxnreg=maxnreg) if maxnreg else {}))
+        num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -22,10 +22,11 @@ import triton.language as tl
 from ..common import L2NORM_EPS
 from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
-from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max
+from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, to_f16
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
+_F16_SAFE = tl.constexpr(16384.0)            # merge_f16's operands below this: far inside fp16's 65504
 
 
 @triton.jit
@@ -109,11 +110,13 @@ def _dot3(a, b, OWN_PARTS: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
 
 @triton.jit
 def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                              OWN_PARTS: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16):
+                              OWN_PARTS: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
+                              SUBST_F16: tl.constexpr = False):
     """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
-    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain."""
+    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain.
+    SUBST_F16: the merge by block forward substitution on plain fp16 products instead (merge_f16)."""
     NB: tl.constexpr = BT // BLOCK
     o_i = tl.arange(0, BT)
     o_b = tl.arange(0, NB)
@@ -134,6 +137,8 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
+    if SUBST_F16:
+        return merge_f16(b_X, b_Aoff, BT, BLOCK, F16_DOT)
     b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS, F16_DOT), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
@@ -144,6 +149,28 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
     b_T3 = _dot3(b_R3, b_X, OWN_PARTS, F16_DOT)
     return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
+
+
+@triton.jit
+def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr):
+    """(I + A)^-1 [BT, BT] from the inverses of its diagonal blocks X [NB, BLOCK, BLOCK] and A's
+    off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
+    (I + A) T = I gives T = X - N T with N = X A_off strictly block-lower, so from T = X each step
+    T <- X - N T makes one more block row final (NB - 1 steps). Every product is one fp16 product
+    with an fp32 sum: its operands are N and T's own rows, never larger than the result they form,
+    so 11 bits keep T to about its fp16 rounding (the product form's partial products grow where
+    keys are near parallel and need 22 bits: benchmarks/NOTES.md v18, precision_study.py)."""
+    NB: tl.constexpr = BT // BLOCK
+    o_b = tl.arange(0, NB)
+    b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
+    # X as a BT x BT block-diagonal tile: block b of row block b, zeros elsewhere.
+    b_Xf = tl.reshape(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_X[:, :, None, :], 0.0),
+                      [BT, BT])
+    b_N16 = to_f16(b_N, F16_DOT)
+    b_T = b_Xf
+    for _ in tl.static_range(1, NB):
+        b_T = b_Xf - tl.dot(b_N16, to_f16(b_T, F16_DOT))
+    return b_T
 
 
 @triton.jit
@@ -163,6 +190,8 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     pairs of fp16 parts (split_dot.dot_f16x2) where the chunk's |A_ij| <= 1 (l2-normalised keys,
     |beta| <= 1, g <= 0): the partial products then stay below C(15, 7) = 6435, inside fp16's range;
     any other chunk takes "blocks_parts" (a branch per chunk on max |A_ij|).
+    INVERSE="blocks_f16_subst": "blocks_f16" with step 2 by block forward substitution on plain fp16
+    products (merge_f16; a chunk whose T leaves fp16's range takes "blocks_parts" as well).
     """
     if INVERSE == "blocks_f16":
         # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
@@ -170,6 +199,18 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
         if tile_max(b_A) <= 1.0:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
         else:
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+        return b_T
+    if INVERSE == "blocks_f16_subst":
+        # As blocks_f16, with the merge on plain fp16 products (merge_f16). Its operands are T's own
+        # rows, whose size the |A_ij| <= 1 test does not bound: a chunk whose T leaves fp16's range
+        # (or is not finite) is formed again at tf32x3.
+        b_T = b_A
+        wide = tile_max(b_A) > 1.0
+        if not wide:
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
+            wide = not (tile_max(b_T) <= _F16_SAFE)
+        if wide:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
         return b_T
     if INVERSE == "blocks" or INVERSE == "blocks_parts":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gdn
-from tests.reference import random_inputs, reference_gdn
+from tests.reference import parallel_key_inputs, random_inputs, reference_gdn
 from tests.ops.triton.launches import spy_launches
 from tests.tolerances import assert_close
 
@@ -422,15 +422,8 @@ def test_triton_bf16_correlated_keys(factors, inverse, beta_max):
     beta_max 1.9: |A_ij| > 1 in every chunk, where the fp16 pairs' range would overflow: those chunks
     take the tf32x3 inverse, bit for bit (the problem itself is ill-conditioned there: ~7e-2 either way)."""
     from gdn.ops.triton import triton_forward
-    gen = torch.Generator().manual_seed(0)
-    B, T, H, HV, K, V = 1, 128, 1, 2, 32, 32
-    k = (torch.randn(K, generator=gen) + 0.05 * torch.randn(B, T, H, K, generator=gen)).bfloat16()
-    q = torch.randn(B, T, H, K, generator=gen).bfloat16()
-    v = torch.randn(B, T, HV, V, generator=gen).bfloat16()
-    g = -torch.rand(B, T, HV, generator=gen) * 0.01
-    beta = (0.9 + 0.1 * torch.rand(B, T, HV, generator=gen)) * beta_max
-    S0 = torch.randn(B, HV, K, V, generator=gen)
-    q, k, v, g, beta, S0 = (x.to(DEVICE) for x in (q, k, v, g, beta, S0))
+    K = 32
+    q, k, v, g, beta, S0 = parallel_key_inputs(beta_max, device=DEVICE, K=K)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=True, chunk_size=64, num_segments=1,
