@@ -173,6 +173,9 @@ def correctness() -> None:
     # Four sequences leave the walk narrow (fused, TMA): descriptors of an empty and a 1-token sequence.
     cu4 = torch.tensor([0, 0, 3000, 3001, 8192], device="cuda", dtype=torch.int32)
     check("bf16 varlen 8k in 4 pieces (one empty, one token), TMA walk", 1, 8192, torch.bfloat16, cu=cu4)
+    # The Gluon walk where a sequence's last chunk reads the next sequence's rows (its MASK_ROWS).
+    check("[gluon walk] bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16, walk="gluon")
+    check("[gluon walk] bf16 B8 T4000 (partial chunks)", 8, 4000, torch.bfloat16, walk="gluon")
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
     check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)

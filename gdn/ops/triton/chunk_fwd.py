@@ -223,10 +223,10 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
 
 
 @triton.jit
-def _wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr = 1):
+def wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr = 1):
     """Spin until the WY pass has counted every chunk of the group holding chunk c done
     (done [N, groups, HV]; the last group may hold fewer than GROUP), for HEADS value heads counted
-    at i_hv."""
+    at i_hv. (Also the Gluon walk's: walk_gluon.)"""
     g0 = c - c % GROUP
     p_done = done + (i_n * tl.cdiv(NT, GROUP) + g0 // GROUP) * HV + i_hv
     n_need = tl.minimum(GROUP, NT - g0) * HEADS
@@ -352,11 +352,11 @@ def _chunk_fwd_kernel(
         # ran the group in a loop of its own, pipelined on its own: 44 B of spills, a 1533-instruction
         # loop body against 1284, and each group's first loads issued after its wait.)
         for c_first in range(c0, tl.minimum(c0 + AHEAD, c1), GROUP):
-            _wait_group(done, i_n, i_count, c_first, NT, HV, GROUP, COUNTED)
+            wait_group(done, i_n, i_count, c_first, NT, HV, GROUP, COUNTED)
     for c in tl.range(c0, c1, num_stages=AHEAD if ALL_LOADS else None):
         if WAIT:
             if ((c + AHEAD) % GROUP == 0) & (c + AHEAD < c1):
-                _wait_group(done, i_n, i_count, c + AHEAD, NT, HV, GROUP, COUNTED)
+                wait_group(done, i_n, i_count, c + AHEAD, NT, HV, GROUP, COUNTED)
         if F16:
             b_S, b_sig = walk_chunk_f16(c, b_S, b_sig, tensors, where, scale, H, HV, K, V, BT, BK, BV, DOT_DTYPE,
                                         F16_DOT, TMA)

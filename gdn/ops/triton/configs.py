@@ -98,11 +98,15 @@ CONFIGS = {
     "wy heads 2 own regs": dict(wy_heads=2, wy_maxnreg=0),
     "wy heads 2 r168": dict(wy_heads=2, wy_maxnreg=168),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
+    "wy factored decay": dict(wy_decay="factored"),   # v19 candidate: the decay tile from 2 x 64 exponentials
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk (v18 default: blocks_f16_subst)
     # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon), after the WY pass in one
     # piece: v17's default at the wide shapes ("triton walk" is v16's there); at B = 1 compare with
     # "pieces 1" (18% slower than it in v17)
     "gluon walk": dict(walk="gluon"),
+    # v19 candidate at B = 1: beside the WY pass, waiting on its counts (flags; pieces > 1 turns them on,
+    # as the GPU's own choice does: this also makes compile_report record that launch)
+    "gluon walk beside": dict(walk="gluon", pieces=8),
     "gluon walk st2": dict(walk="gluon", walk_stages=2),
     "triton walk": dict(walk="triton"),
 }

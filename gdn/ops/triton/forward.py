@@ -94,7 +94,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, out=None):
+                   operands=None, walk=None, wy_decay="exp", out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -152,12 +152,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
     their tf32 walk on an H200).
     ``walk="gluon"`` (fp16 walk only, CUDA only: Gluon has no interpreter) runs the state walk as
-    gdn.ops.triton.walk_gluon's kernel, whose matrix products run asynchronously: dense batches (T a
-    multiple of chunk_size when B > 1), one segment, one piece (the WY pass first, then the walk),
-    chunk_size 64, K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the
-    defaults take the wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128
-    and it applies, 22-23% faster there on an H200 (v18); "triton" elsewhere (varlen, B = 1, the
-    interpreter).
+    gdn.ops.triton.walk_gluon's kernel, whose matrix products run asynchronously: dense or packed
+    sequences of any length, one segment, after the WY pass (or beside it, waiting on its counts, where
+    ``overlap="flags"`` applies: few sequences x heads; overlap="pieces" is refused), chunk_size 64,
+    K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the defaults take the
+    wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128 on dense batches
+    with T a multiple of chunk_size, 22-23% faster there on an H200 (v18); "triton" elsewhere (varlen
+    and partial chunks: not yet measured with Gluon's; B = 1; the interpreter). ``wy_decay``: the split
+    WY pass's in-chunk decay tile as e^{G_i - G_j} ("exp", the default) or, where a chunk's G spans at
+    most 20, as e^{G_i} e^{-G_j} ("factored": 2 x 64 exponentials instead of 64 x 64; a candidate,
+    ~6% of that pass in a probe on an H200, NOTES.md v18).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -325,8 +329,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # products (the WY pass 14% faster, the wide shapes 6%: v18); T is stored at fp16's 11 bits here.
         inverse = "blocks_f16_subst"
     if inverse == "blocks_f16_subst" and not f16:
-        raise ValueError("inverse='blocks_f16_subst' needs the fp16 walk (operands='fp16' applies): its T is exact "
-                         "to fp16's 11 bits, as that walk stores it")
+        raise ValueError("inverse='blocks_f16_subst' needs the fp16 walk (operands='fp16' applies): its T is "
+                         "about as exact as fp16's 11 bits, in which that walk stores it")
     if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:
         # The narrow fp16 walk's loads two chunks ahead (q, k, v, T and P a stage): at one chunk ahead its
         # first wait held a quarter of its time (ncu, v12); 173 KB with a WY program's 33 KB beside.
@@ -367,6 +371,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
+    if wy_decay not in ("exp", "factored"):
+        raise ValueError(f"wy_decay must be 'exp' or 'factored', got {wy_decay!r}")
     if walk not in (None, "triton", "gluon"):
         raise ValueError(f"walk must be None, 'triton' or 'gluon', got {walk!r}")
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
@@ -374,9 +380,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # two [BT, BV] operands; a margin for the barriers.
     gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
         + 2 * K * BV + 4 * BT * BV + 1024
-    gluon_fits = (f16 and cu_seqlens is None and P == 1 and (pieces or 1) == 1 and K in (64, 128, 256)
-                  and BT == 64 and V % BV == 0 and (B == 1 or T % BT == 0) and (walk_warps or num_warps) == 4
-                  and gluon_smem <= 227 * 1024 and _tma_ready(v))
+    gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or flags) and K in (64, 128, 256) and BT == 64 and V % BV == 0
+                  and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
 
     def gluon_ready():
         # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x
@@ -387,20 +392,24 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
         # columns, one stage, K = 128): asynchronous products and a ring for each kind of tile, 22-23%
-        # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18). At B = 1 it runs after
-        # the WY pass (one piece), 8% slower than the Triton walk beside it (v18).
+        # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18). At B = 1 after the WY
+        # pass (one piece) it was 8% slower than the Triton walk beside it (v18); beside it (flags) it
+        # has not run on a GPU yet.
+        # Packed sequences and partial last chunks (its MASK_ROWS) run only when asked for: not yet
+        # measured on a GPU.
         walk = "gluon" if (wide_default and gluon_fits and BV == 64 and walk_stages == 1 and K == 128
-                           and gluon_ready()) else "triton"
+                           and cu_seqlens is None and T % BT == 0 and gluon_ready()) else "triton"
     if walk == "gluon":
         if not gluon_fits:
-            raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), a dense batch (T a "
-                             "multiple of chunk_size when B > 1), one segment, one piece, chunk_size 64, K in "
+            raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), one segment, one "
+                             "piece (or overlap='flags'), chunk_size 64, K in "
                              f"(64, 128, 256), V a multiple of block_v ({BV}), 4 warps, v 16-byte aligned and "
                              f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages})")
         if not gluon_ready():
             raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
-        pieces = 1
+        if not flags:
+            pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
@@ -443,6 +452,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
             STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
+            FACTORED_DECAY=wy_decay == "factored",
             **common, **_maxnreg(wy_maxnreg))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
@@ -467,6 +477,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
+        if walk == "gluon":            # all chunks from h0 in one launch (pieces only with flags: done)
+            from .walk_gluon import walk_gluon
+            walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages,
+                       walk_warps or num_warps, walk_maxnreg, cu_seqlens,
+                       seq_order if cu_seqlens is not None and longest_first else None, done, flag_group)
+            return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
@@ -542,10 +558,5 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
             FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)
-    if walk == "gluon":
-        from .walk_gluon import walk_gluon
-        walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, walk_stages, walk_warps or num_warps,
-                   walk_maxnreg)
-        return o, ht
     state_walk(0, 1 << 30, h0, ht)
     return o, ht

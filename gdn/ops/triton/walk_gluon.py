@@ -15,9 +15,10 @@ The numbers are walk_f16's: the same products on the same fp16 operands, scaled 
 of two (its module docstring), so the outputs and the state should equal the Triton walk's up to the
 order of the matrix units' sums. The tiles come by TMA from host-made descriptors over [tokens,
 heads x dim], each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
-one stage too every tile comes about a chunk ahead: v18). Rows past the last token read as zeros,
-so dense batches need T a multiple of the chunk (else a chunk would read the next sequence's rows),
-and B = 1 takes any T. Dense batches only, one segment, one piece (the WY pass runs first).
+one stage too every tile comes about a chunk ahead: v18). A sequence's last chunk may read rows of
+the next (packed sequences, or dense ones whose T is not a multiple of the chunk): those rows are
+made harmless in registers (walk_gluon_kernel's MASK_ROWS). One segment, one piece (the WY pass runs
+first).
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .chunk_fwd import wait_group
 from .split_dot import tile_max
 from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+from .wy import counting_head
 
 _LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
 
@@ -83,15 +86,29 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
 
 
 @gluon.jit
-def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
+def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, scale, T,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, num_warps: gl.constexpr):
+                      HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
+                      LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
+                      GROUP: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
-    d_q, d_k: descriptors of the l2-normalised fp16 q, k [B x T, H x K], blocks [BT, K]; d_v: v
-    [B x T, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [B x T, HV x BT], blocks
-    [BT, BT] (wy_kernel's F16 stores). Gc [B x T, HV] fp32 (the cumulative log-decays); o [B x T, HV,
-    V] in v's dtype; h0, ht [B x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Grid: (V / BV x B x HV,).
+    d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
+    [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
+    [BT, BT] (wy_kernel's F16 stores). Gc [tokens, HV] fp32 (the cumulative log-decays); o [tokens, HV,
+    V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Tokens: B x T, sequence n from
+    token n T; IS_VARLEN: packed, sequence n from cu_seqlens[n] to cu_seqlens[n + 1], and with
+    LONGEST_FIRST program row n walks sequence seq_order[n]. Grid: (V / BV x N x HV,).
+
+    MASK_ROWS (varlen, or dense with T not a multiple of BT): a sequence's last chunk may read the
+    next sequence's rows. Those rows of v and U are zeroed, and then nothing of them reaches this
+    sequence: T diag(beta) and P are causal (each row's entries past it are zero), the state's update
+    takes U's rows, and the outputs' rows past the end are not stored. (Rows past the tensor's end read
+    as zeros.)
+
+    WAIT (dense, beside the WY pass: the launcher's overlap="flags"): before the first load of a
+    group of GROUP chunks, spin until the WY pass has counted them all done (done [B, groups, HV],
+    counted at each q/k head's first value head: wy_kernel's SIGNAL), as chunk_fwd's walk does.
 
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
@@ -105,8 +122,17 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
     i_n = i_nh // HV
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)
+    if IS_VARLEN:
+        if LONGEST_FIRST:
+            # Longest sequences first: programs start in launch order, and a long walk started in the
+            # last wave would end the kernel alone.
+            i_n = gl.load(seq_order + i_n)
+            i_nh = i_n * HV + i_hv
+        row_base = gl.load(cu_seqlens + i_n).to(gl.int32)     # TMA's coordinates are 32-bit
+        T = gl.load(cu_seqlens + i_n + 1).to(gl.int32) - row_base      # this sequence's length from here on
+    else:
+        row_base = i_n * T
     NT = gl.cdiv(T, BT)
-    row_base = i_n * T
     col_qk = i_h * K
     col_v = i_hv * V + i_v * BV
     col_tp = i_hv * BT
@@ -144,6 +170,11 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
         b_S = b_S * b_sig
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
+    if WAIT:
+        i_count = counting_head(i_hv, H, HV, True)
+        for j in gl.static_range(0, STAGES, GROUP):    # the groups of the rings' first fills
+            if j < NT:
+                wait_group(done, i_n, i_count, j, NT, HV, GROUP, HV // H)
     for c in gl.static_range(STAGES):               # the rings' first fills
         _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
@@ -153,6 +184,10 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
+        if WAIT:
+            # Chunk c + STAGES's loads start here (k's first), and its decays a chunk later.
+            if ((c + STAGES) % GROUP == 0) & (c + STAGES < NT):
+                wait_group(done, i_n, i_count, c + STAGES, NT, HV, GROUP, HV // H)
         # k of chunk c + STAGES into the slot chunk c - 1 used (its state update was waited for).
         _issue(c + STAGES, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         st = c % STAGES
@@ -172,6 +207,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
         b_mS = tile_max(b_S) * (1.0 / b_sig)
         _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).load(acc_l).to(gl.float32)
+        if MASK_ROWS:
+            b_v = gl.where(m_t[:, None], b_v, 0.0)
         b_tau = pow2_below_inverse(gl.maximum(tile_max(b_v), b_mS * gl.exp(b_G0)))
         b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
         b_eG = gl.exp2(b_G * _LOG2E + b_ld)
@@ -184,6 +221,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, scale, T,
         # (Waiting for U alone, with q S outstanding, crashes ptxas 12.8 here: both at once.)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        if MASK_ROWS:
+            b_U = gl.where(m_t[:, None], b_U, 0.0)
         b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
         b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
         zu_s.store(b_U.to(gl.float16))
@@ -219,21 +258,28 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x2, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
 
 
-def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None):
+def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
+               cu_seqlens=None, seq_order=None, done=None, group=1):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
-    fp16; Gc [B, T, HV] fp32; h0, ht [B, HV, K, V] fp32 or None. Dense batches need T % BT == 0; the
-    tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
+    fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
+    sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
+    int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
+    The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or num_warps != 4:
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
-    if B > 1 and T % BT:
-        raise ValueError(f"walk='gluon' needs T a multiple of the chunk ({BT}) when B > 1, got T={T}")
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
-    walk_gluon_kernel[(V // BV * B * HV,)](
+    N = B if cu_seqlens is None else len(cu_seqlens) - 1
+    if done is not None and cu_seqlens is not None:
+        raise ValueError("walk='gluon' waits on the WY pass's counts (done) on dense batches only")
+    walk_gluon_kernel[(V // BV * N * HV,)](
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
-        Gc, o, o if h0 is None else h0, o if ht is None else ht, scale, T,
+        Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
+        o if seq_order is None else seq_order, o if done is None else done, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
+        IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
+        MASK_ROWS=cu_seqlens is not None or (B > 1 and T % BT != 0), WAIT=done is not None, GROUP=group,
         num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

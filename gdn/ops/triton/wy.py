@@ -26,7 +26,7 @@ from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, 
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
-_F16_SAFE = tl.constexpr(16384.0)            # merge_f16's operands below this: far inside fp16's 65504
+_F16_SAFE = tl.constexpr(16384.0)            # sum |T| of merge_f16's result at most this (each entry a quarter of fp16's 65504), else tf32x3
 
 
 @triton.jit
@@ -157,9 +157,10 @@ def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.co
     off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
     (I + A) T = I gives T = X - N T with N = X A_off strictly block-lower, so from T = X each step
     T <- X - N T makes one more block row final (NB - 1 steps). Every product is one fp16 product
-    with an fp32 sum: its operands are N and T's own rows, never larger than the result they form,
-    so 11 bits keep T to about its fp16 rounding (the product form's partial products grow where
-    keys are near parallel and need 22 bits: benchmarks/NOTES.md v18, precision_study.py)."""
+    with an fp32 sum, of N and T's own rows: nothing like the product form's partial products, which
+    grow binomially where keys are near parallel and need 22 bits. 11 bits keep T within 1.5x of its
+    own fp16 rounding on random keys, ~10x on near-parallel ones (benchmarks/NOTES.md v18,
+    precision_study.py; the fp16 walk's o and S move by at most a few % there)."""
     NB: tl.constexpr = BT // BLOCK
     o_b = tl.arange(0, NB)
     b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
@@ -202,14 +203,16 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
         return b_T
     if INVERSE == "blocks_f16_subst":
-        # As blocks_f16, with the merge on plain fp16 products (merge_f16). Its operands are T's own
-        # rows, whose size the |A_ij| <= 1 test does not bound: a chunk whose T leaves fp16's range
-        # (or is not finite) is formed again at tf32x3.
+        # As blocks_f16, with the merge on plain fp16 products (merge_f16). Its operands (N, T's
+        # rows) are not bounded by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range is formed
+        # again at tf32x3. An overflow anywhere on the way leaves T with an infinity or a NaN, which
+        # the sum of |T| keeps (a max would not: the GPU's max.f32 drops NaN); a finite sum below
+        # the bound also bounds every entry.
         b_T = b_A
         wide = tile_max(b_A) > 1.0
         if not wide:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
-            wide = not (tile_max(b_T) <= _F16_SAFE)
+            wide = not (tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
         if wide:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
         return b_T
@@ -316,7 +319,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
+                     FACTORED_DECAY: tl.constexpr = False):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -331,7 +335,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
-    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them."""
+    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
+    FACTORED_DECAY: the decay tile as e^{G_i} e^{-G_j} where it is safe (decay.chunk_decay)."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -380,7 +385,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         else:
             b_g = _column(b_g_all, o_j, j)
             b_beta = _column(b_beta_all, o_j, j)
-        b_G, b_D = chunk_decay(b_g, BT)
+        b_G, b_D = chunk_decay(b_g, BT, FACTORED_DECAY)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
             store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
@@ -463,7 +468,7 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-    HEADS: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1, FACTORED_DECAY: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -480,7 +485,7 @@ def wy_kernel(
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
     (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
-    sharing a q/k head counts at its first head.
+    sharing a q/k head counts at its first head. FACTORED_DECAY (split path): wy_split_factors'.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
     done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible."""
@@ -498,7 +503,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS)
+                         F16_DOT, HEADS, FACTORED_DECAY)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()

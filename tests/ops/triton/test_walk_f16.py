@@ -50,7 +50,7 @@ def test_fp16_walk_inverse_by_substitution():
         o, S = triton_forward(q, k, v, g, beta, inverse=inverse, **call)
         assert_close(o, o_ref, rtol=2e-2, name=f"o, {inverse}")
         assert_close(S, S_ref, rtol=3e-3, name=f"S, {inverse}")
-    with pytest.raises(ValueError, match="blocks_f16_subst"):
+    with pytest.raises(ValueError, match="blocks_f16_subst' needs the fp16 walk"):
         triton_forward(q, k, v, g, beta, inverse="blocks_f16_subst", operands="bf16_parts", **call)
 
 

@@ -41,11 +41,41 @@ def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages):
             assert_close(S, S_t, rtol=1e-3, name="S against the Triton walk")
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("case", ["varlen", "varlen in launch order", "partial chunks at B = 3"])
+def test_gluon_walk_rows_of_the_next_sequence(case):
+    """Where a sequence's last chunk reads rows of the next (MASK_ROWS): packed sequences with empty
+    ones, one of a single token, lengths that end mid-chunk and one that ends on a chunk's edge,
+    walked longest first or in launch order; and B = 3 with T = 200. Each sequence gets its own
+    outputs and state (against the reference and the Triton walk), the empty ones keep theirs, and no
+    output row is left unwritten (NaN-poisoned)."""
+    from gdn.ops.triton import triton_forward
+    if case == "partial chunks at B = 3":
+        cu, B, T, N = None, 3, 200, 3
+    else:
+        cu = torch.tensor([0, 0, 17, 18, 146, 146, 275, 400], dtype=torch.int32, device="cuda")
+        B, T, N = 1, 400, 7
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, N=N,
+                                         seed=7, device="cuda")
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, cu_seqlens=cu,
+                longest_first=case != "varlen in launch order")
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True,
+                                 cu_seqlens=None if cu is None else cu.cpu())
+    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    assert_close(o, o_t, rtol=5e-3, name="o against the Triton walk")
+    assert_close(S, S_t, rtol=1e-3, name="S against the Triton walk")
+    if cu is not None:
+        assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])    # the empty sequences
+
+
 def test_gluon_walk_refusals(monkeypatch):
-    """Outside what the kernel does, a ValueError that says what it needs: varlen, B > 1 with a partial
-    chunk, K outside 64/128/256, the bf16-parts walk, pieces, chunks other than 64 rows, other than 4
-    warps, more shared memory than an SM has; and no interpreter. Meta tensors: the refusals come
-    before any launch."""
+    """Outside what the kernel does, a ValueError that says what it needs: K outside 64/128/256, the
+    bf16-parts walk, pieces, chunks other than 64 rows, other than 4 warps, more shared memory than an
+    SM has; and no interpreter. Meta tensors: the refusals come before any launch."""
     import gdn.ops.triton.forward as forward
 
     def call(B=1, T=128, K=64, device="meta", **kw):
@@ -59,9 +89,8 @@ def test_gluon_walk_refusals(monkeypatch):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
-    for kw in (dict(B=2, T=100), dict(K=32), dict(pieces=2), dict(operands="bf16_parts"), dict(chunk_size=32),
-               dict(walk_warps=8), dict(K=256, block_v=32, walk_stages=3),
-               dict(T=128, cu_seqlens=torch.tensor([0, 60, 128], dtype=torch.int32, device="meta"))):
+    for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
+               dict(walk_warps=8), dict(K=256, block_v=32, walk_stages=3)):
         with pytest.raises(ValueError, match="walk='gluon' needs the fp16 walk"):
             call(**kw)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: True)
@@ -72,8 +101,9 @@ def test_gluon_walk_refusals(monkeypatch):
 def test_gluon_walk_is_the_wide_default(monkeypatch):
     """walk=None takes the Gluon walk where the defaults choose the wide walk (64 columns, one stage:
     batches x heads fill the SMs twice) at K = 128 on a GPU, and the Triton walk elsewhere: B = 1,
-    varlen, a partial chunk at B > 1, block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta
-    tensors, as on an sm_90 GPU with 132 SMs)."""
+    varlen, a partial chunk at B > 1 (those two take it when asked for, with rows of the next sequence
+    masked), block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as
+    on an sm_90 GPU with 132 SMs)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.walk_gluon as walk_gluon
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
@@ -81,9 +111,13 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     monkeypatch.setattr(forward, "num_sms", lambda device: 132)
     walks = []
     spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: walks.append("triton"), run=False)
-    spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: walks.append(("gluon", grid)), run=False,
-                 module=walk_gluon)
-    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: None, run=False)
+    flags = []
+    spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: (
+        walks.append(("gluon", grid)),
+        flags.append((kw["IS_VARLEN"], kw["LONGEST_FIRST"], kw["MASK_ROWS"], kw["WAIT"]))),
+        run=False, module=walk_gluon)
+    signals = []
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: signals.append(kw["SIGNAL"]), run=False)
 
     def walk(B, T, K=128, **kw):
         q = torch.empty(B, T, 16, K, dtype=torch.bfloat16, device="meta")
@@ -104,3 +138,15 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(1, 8192, walk="gluon", pieces=1) == [("gluon", (4 * 32,))]     # 32 columns, asked for
     cu = torch.empty(65, dtype=torch.int32, device="meta")        # 64 sequences: the wide walk
     assert walk(1, 4096, cu_seqlens=cu) == ["triton"]               # varlen
+    flags.clear()
+    assert walk(1, 4096, cu_seqlens=cu, walk="gluon") == [("gluon", (2 * 64 * 32,))]
+    assert walk(1, 4096, cu_seqlens=cu, walk="gluon", longest_first=False) == [("gluon", (2 * 64 * 32,))]
+    assert walk(8, 4000, walk="gluon") == [("gluon", (2 * 8 * 32,))]
+    assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]
+    signals.clear()
+    assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]   # beside the WY pass: its counts
+    assert flags == [(True, True, True, False), (True, False, True, False), (False, False, True, False),
+                     (False, False, False, False), (False, False, False, True)]
+    assert signals == [True]
+    with pytest.raises(ValueError, match="walk='gluon' needs"):
+        walk(1, 8192, walk="gluon", pieces=4, overlap="pieces")     # the pieces overlap: not Gluon's

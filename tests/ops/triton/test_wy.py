@@ -17,21 +17,24 @@ BT = 64
 
 
 @triton.jit
-def _inverse_kernel(a_ptr, t_ptr, BT: tl.constexpr, INVERSE: tl.constexpr, F16_DOT: tl.constexpr):
+def _inverse_kernel(a_ptr, t_ptr, BT: tl.constexpr, LOG_BLOCKS: tl.constexpr, INVERSE: tl.constexpr,
+                    F16_DOT: tl.constexpr):
     o_i = tl.arange(0, BT)
     b_A = tl.load(a_ptr + o_i[:, None] * BT + o_i[None, :])
-    b_T = unit_lower_inverse(b_A, BT, 16, 2, INVERSE, F16_DOT)
+    b_T = unit_lower_inverse(b_A, BT, 16, LOG_BLOCKS, INVERSE, F16_DOT)
     tl.store(t_ptr + o_i[:, None] * BT + o_i[None, :], b_T)
 
 
 def inverse(A: torch.Tensor, how: str) -> torch.Tensor:
-    """(I + A)^-1 of a strictly lower [64, 64] fp32 tile by unit_lower_inverse's INVERSE=how."""
+    """(I + A)^-1 of a strictly lower [n, n] fp32 tile (n = 32 or 64) by unit_lower_inverse's INVERSE=how."""
     T = torch.full_like(A, float("nan"))
-    _inverse_kernel[(1,)](A, T, BT=BT, INVERSE=how, F16_DOT=tl.float32 if triton_interpreting() else tl.float16)
+    n = A.shape[0]
+    _inverse_kernel[(1,)](A, T, BT=n, LOG_BLOCKS=(n // 16).bit_length() - 1, INVERSE=how,
+                          F16_DOT=tl.float32 if triton_interpreting() else tl.float16)
     return T
 
 
-def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0, BT: int = BT) -> torch.Tensor:
     """A_ij = beta_i (k_i . k_j) D_ij below the diagonal, for l2-normalised keys: "random" ones, or
     "parallel" ones (one direction plus 5% noise: the partial products of the product form grow to
     thousands there), with a slow decay."""
@@ -45,26 +48,30 @@ def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0) -> torch.Tensor:
     return (beta.double()[:, None] * (k @ k.T) * D).tril(-1).float()
 
 
+@pytest.mark.parametrize("bt", [32, 64])
 @pytest.mark.parametrize("keys", ["random", "parallel"])
 @pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "blocks_parts"])
-def test_inverse_against_float64(keys, how):
+def test_inverse_against_float64(keys, how, bt):
     """Pairs of fp16 parts and tf32x3 keep ~22 bits (less where the product form's partial products
     grow: parallel keys); the merge by fp16 substitution keeps T to a few times fp16's rounding
     (2^-11 = 4.9e-4) either way, where plain fp16 products in the product form would lose every bit
-    (precision_study.py; benchmarks/NOTES.md v18)."""
+    (precision_study.py; benchmarks/NOTES.md v18). Chunks of 32: one substitution step; of 64: three.
+    The substitution's T is not the tf32x3 one: the fp16 path ran, not the fallback."""
     rtol = {"blocks_f16": (1e-6, 2e-4), "blocks_f16_subst": (5e-4, 2e-3), "blocks_parts": (1e-6, 2e-4)}[how]
     rtol = rtol[keys == "parallel"]
     gen = torch.Generator().manual_seed(1)
-    A = chunk_A(keys, 0.9 + 0.1 * torch.rand(BT, generator=gen)).to(DEVICE)
-    eye = torch.eye(BT, dtype=torch.float64, device=DEVICE)
+    A = chunk_A(keys, 0.9 + 0.1 * torch.rand(bt, generator=gen), BT=bt).to(DEVICE)
+    eye = torch.eye(bt, dtype=torch.float64, device=DEVICE)
     exact = torch.linalg.solve_triangular(eye + A.double(), eye, upper=False)
     T = inverse(A, how)
     assert_close(T, exact, rtol=rtol, name=f"T, {how}")
+    if how == "blocks_f16_subst":
+        assert not torch.equal(T, inverse(A, "blocks_parts"))
 
 
 def test_inverse_by_substitution_falls_back_out_of_fp16_range():
     """beta = -0.22 on parallel keys: A_ij ~ -0.22 below the diagonal, so T's entries grow as
-    1.22^(i - j) to ~5e4, past what merge_f16 keeps in fp16: the chunk is formed again at tf32x3,
+    1.22^(i - j) to ~3.4e4, past what merge_f16 keeps in fp16: the chunk is formed again at tf32x3,
     bit for bit as INVERSE="blocks_parts" (the pairs keep it: their partial products stay in range)."""
     A = chunk_A("parallel", torch.full((BT,), -0.22)).to(DEVICE)
     T_subst, T_parts, T_pairs = (inverse(A, how) for how in ("blocks_f16_subst", "blocks_parts", "blocks_f16"))
