@@ -100,8 +100,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed (INVERSES, see gdn.ops.triton.wy.unit_lower_inverse); ``out`` an output buffer ``[B, T, HV, V]``
-    in v's dtype to write into.
+    how the in-chunk triangular inverse is formed (one of INVERSES: gdn.ops.triton.wy.unit_lower_inverse);
+    ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
     v5 to v14; gdn/ops/triton/configs.py). bf16 inputs take the split paths (with l2norm, the walk
@@ -380,8 +380,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # two [BT, BV] operands; a margin for the barriers.
     gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
         + 2 * K * BV + 4 * BT * BV + 1024
-    gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or flags) and K in (64, 128, 256) and BT == 64 and V % BV == 0
-                  and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
+    gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or flags) and K in (64, 128, 256) and BT == 64
+                  and V % BV == 0 and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
 
     def gluon_ready():
         # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x

@@ -26,7 +26,7 @@ from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, 
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
-_F16_SAFE = tl.constexpr(16384.0)            # sum |T| of merge_f16's result at most this (each entry a quarter of fp16's 65504), else tf32x3
+_F16_SAFE = tl.constexpr(16384.0)            # merge_f16's sum |T| at most this (so every entry), else tf32x3
 
 
 @triton.jit

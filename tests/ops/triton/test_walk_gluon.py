@@ -19,9 +19,9 @@ HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.
 @pytest.mark.parametrize("B, T, stages", [(1, 300, 3), (2, 256, 2), (2, 128, 1)])
 def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages):
     """Partial last chunk at B = 1 (rows past the end read as zeros), whole chunks at B = 2, one to
-    three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, with and without an initial state: o within bf16's
-    rounding of the reference, S within fp16's, and both close to the Triton walk's (the same
-    products, summed in another order)."""
+    three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, with and
+    without an initial state: o within bf16's rounding of the reference, S within fp16's, and both
+    close to the Triton walk's (the same products, summed in another order)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True,
                                          seed=T, device="cuda")
