@@ -60,8 +60,13 @@ def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tens
     the block x block diagonal blocks as (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) from fp16 pairs
     (X), with N = X A_off. how="f16x2 product": then (I - N)(I + N^2) X from fp16 pairs (v13's merge);
     "fp16 substitution": T <- X - N T from T = X, once a block row below the first, on plain fp16
-    products (block forward substitution: no partial products larger than T's own)."""
+    products (block forward substitution: no binomially growing partial products); "fp16 substitution
+    everywhere": the diagonal blocks too, from their 4 x 4 blocks' (I - A4)(I + A4^2) by the same
+    substitution, all on plain fp16 products (wy.inverse_f16)."""
     n = A.shape[-1]
+    if how == "fp16 substitution everywhere":
+        X16 = _substitution(torch.where(_blocks(n, block), A, 0.0), _inverse_4x4_f16(A), 4)
+        return _substitution(A, X16, block)
     eye_b = torch.eye(block, dtype=A.dtype)
     same = torch.block_diag(*[torch.ones(block, block)] * (n // block)).bool()
     blocks = A.unflatten(-1, (n // block, block)).unflatten(-3, (n // block, block))
@@ -71,12 +76,30 @@ def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tens
         P = dot_f16x2(P, P)
         X = dot_f16x2(X, eye_b + P)
     X = torch.stack([torch.block_diag(*x) for x in X])
-    N = dot_f16x2(X, torch.where(same, 0.0, A)) if how == "f16x2 product" else dot_f16(X, torch.where(same, 0.0, A))
     if how == "f16x2 product":
+        N = dot_f16x2(X, torch.where(same, 0.0, A))
         eye = torch.eye(n, dtype=A.dtype)
         return dot_f16x2(dot_f16x2(eye - N, eye + dot_f16x2(N, N)), X)
+    return _substitution(A, X, block)
+
+
+def _blocks(n: int, block: int) -> torch.Tensor:
+    """The [n, n] mask of the block x block diagonal blocks."""
+    return torch.block_diag(*[torch.ones(block, block)] * (n // block)).bool()
+
+
+def _inverse_4x4_f16(A: torch.Tensor) -> torch.Tensor:
+    """The inverses of the 4 x 4 diagonal blocks of I + A as (I - A4)(I + A4^2), on fp16 products."""
+    A4 = torch.where(_blocks(A.shape[-1], 4), A, 0.0)
+    eye = torch.eye(A.shape[-1], dtype=A.dtype)
+    return dot_f16(eye - A4, eye + dot_f16(A4, A4))
+
+
+def _substitution(A: torch.Tensor, X: torch.Tensor, block: int) -> torch.Tensor:
+    """(I + A)^-1 from X, the inverses of its block x block diagonal blocks: T <- X - N T, N = X A_off."""
+    N = dot_f16(X, torch.where(_blocks(A.shape[-1], block), 0.0, A))
     T = X
-    for _ in range(n // block - 1):
+    for _ in range(A.shape[-1] // block - 1):
         T = X - dot_f16(N, T)
     return T
 
@@ -122,6 +145,8 @@ VARIANTS = {
                                                     inverse="f16x2 product"),
     "v11, T's merge by fp16 substitution (v18)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
                                                        inverse="fp16 substitution"),
+    "v11, T by fp16 substitution everywhere (v19)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
+                                                          inverse="fp16 substitution everywhere"),
 }
 
 

@@ -99,6 +99,7 @@ CONFIGS = {
     "wy heads 2 r168": dict(wy_heads=2, wy_maxnreg=168),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
     "wy factored decay": dict(wy_decay="factored"),   # v19 candidate: the decay tile from 2 x 64 exponentials
+    "wy all f16": dict(inverse="f16_subst"),      # v19 candidate: the inverse's diagonal blocks on fp16 too
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk (v18 default: blocks_f16_subst)
     # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon), after the WY pass in one
     # piece: v17's default at the wide shapes ("triton walk" is v16's there); at B = 1 compare with

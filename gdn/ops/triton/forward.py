@@ -39,7 +39,8 @@ from .schedule import (choose_flag_group, choose_pieces, choose_segments, num_sm
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
-INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "product", "substitution")   # wy.py
+INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "product",
+            "substitution")   # wy.unit_lower_inverse
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -328,8 +329,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # elsewhere: 8-12% off the whole call on an H200, v13), its merge by substitution on plain fp16
         # products (the WY pass 14% faster, the wide shapes 6%: v18); T is stored at fp16's 11 bits here.
         inverse = "blocks_f16_subst"
-    if inverse == "blocks_f16_subst" and not f16:
-        raise ValueError("inverse='blocks_f16_subst' needs the fp16 walk (operands='fp16' applies): its T is "
+    if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
+        raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
     if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:
         # The narrow fp16 walk's loads two chunks ahead (q, k, v, T and P a stage): at one chunk ahead its

@@ -109,6 +109,16 @@ def _dot3(a, b, OWN_PARTS: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
 
 
 @triton.jit
+def diagonal_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr):
+    """The BLOCK x BLOCK diagonal blocks of a [BT, BT] tile as a batch [BT / BLOCK, BLOCK, BLOCK]."""
+    NB: tl.constexpr = BT // BLOCK
+    o_b = tl.arange(0, NB)
+    # [NB, BLOCK, NB, BLOCK] -> the entries whose row and column blocks agree.
+    b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
+    return tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
+
+
+@triton.jit
 def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
                               OWN_PARTS: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
                               SUBST_F16: tl.constexpr = False):
@@ -122,9 +132,7 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     o_b = tl.arange(0, NB)
     o_j = tl.arange(0, BLOCK)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
-    # The diagonal blocks: [NB, BLOCK, NB, BLOCK] -> the entries whose row and column blocks agree.
-    b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
-    b_Ad = tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
+    b_Ad = diagonal_blocks(b_A, BT, BLOCK)
     eye_d = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, BLOCK, BLOCK], tl.float32)
     # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 as in the 2-D form.
     b_X = eye_d - b_Ad
@@ -175,6 +183,32 @@ def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.co
 
 
 @triton.jit
+def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
+    """(I + A)^-1 [BT, BT] (BT = 16, 32 or 64) on plain fp16 products only, no pairs: the inverses X4
+    of the 4 x 4 diagonal blocks as (I - A4)(I + A4^2) (A4^4 = 0; its partial products at most twice
+    the entries), then the 16 x 16 diagonal blocks by block forward substitution from X4 (T <- X4 - N T,
+    N = X4 A_off, three steps, batched over the blocks), then the whole tile from those (merge_f16).
+    precision_study.py's replay: T within ~1.2x of merge_f16's error after pairs (NOTES.md v18)."""
+    NB: tl.constexpr = BT // 16
+    o_j = tl.arange(0, 16)
+    same4 = ((o_j[:, None] // 4) == (o_j[None, :] // 4))[None, :, :]
+    eye = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, 16, 16], tl.float32)
+    b_Ad = diagonal_blocks(b_A, BT, 16)
+    b_A4 = tl.where(same4, b_Ad, 0.0)
+    b_P = tl.dot(to_f16(b_A4, F16_DOT), to_f16(b_A4, F16_DOT))
+    b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
+    b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)), F16_DOT)
+    b_X = b_X4
+    for _ in tl.static_range(3):
+        b_X = b_X4 - tl.dot(b_N16, to_f16(b_X, F16_DOT))
+    if NB == 1:
+        return tl.reshape(b_X, [BT, BT])
+    o_i = tl.arange(0, BT)
+    same_block = (o_i[:, None] // 16) == (o_i[None, :] // 16)
+    return merge_f16(b_X, tl.reshape(tl.where(same_block, 0.0, b_A), [NB, 16, BT]), BT, 16, F16_DOT)
+
+
+@triton.jit
 def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
                        INVERSE: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
     """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
@@ -193,6 +227,7 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     any other chunk takes "blocks_parts" (a branch per chunk on max |A_ij|).
     INVERSE="blocks_f16_subst": "blocks_f16" with step 2 by block forward substitution on plain fp16
     products (merge_f16; a chunk whose T leaves fp16's range takes "blocks_parts" as well).
+    INVERSE="f16_subst": the same with step 1 on plain fp16 products too (inverse_f16; BLOCK = 16).
     """
     if INVERSE == "blocks_f16":
         # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
@@ -202,16 +237,19 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
         else:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
         return b_T
-    if INVERSE == "blocks_f16_subst":
-        # As blocks_f16, with the merge on plain fp16 products (merge_f16). Its operands (N, T's
-        # rows) are not bounded by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range is formed
-        # again at tf32x3. An overflow anywhere on the way leaves T with an infinity or a NaN, which
-        # the sum of |T| keeps (a max would not: the GPU's max.f32 drops NaN); a finite sum below
-        # the bound also bounds every entry.
+    if INVERSE == "blocks_f16_subst" or INVERSE == "f16_subst":
+        # As blocks_f16, with the merge on plain fp16 products (merge_f16; f16_subst: every step,
+        # inverse_f16). Their operands (N, T's rows) are not bounded by the |A_ij| <= 1 test: a chunk
+        # whose T leaves fp16's range is formed again at tf32x3. An overflow anywhere on the way
+        # leaves T with an infinity or a NaN, which the sum of |T| keeps (a max would not: the GPU's
+        # max.f32 drops NaN); a finite sum below the bound also bounds every entry.
         b_T = b_A
         wide = tile_max(b_A) > 1.0
         if not wide:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
+            if INVERSE == "f16_subst":
+                b_T = inverse_f16(b_A, BT, F16_DOT)
+            else:
+                b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
             wide = not (tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
         if wide:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)

@@ -48,16 +48,18 @@ def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0, BT: int = BT) -> torch
     return (beta.double()[:, None] * (k @ k.T) * D).tril(-1).float()
 
 
-@pytest.mark.parametrize("bt", [32, 64])
+@pytest.mark.parametrize("bt", [16, 32, 64])
 @pytest.mark.parametrize("keys", ["random", "parallel"])
-@pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "blocks_parts"])
+@pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "f16_subst", "blocks_parts"])
 def test_inverse_against_float64(keys, how, bt):
     """Pairs of fp16 parts and tf32x3 keep ~22 bits (less where the product form's partial products
     grow: parallel keys); the merge by fp16 substitution keeps T to a few times fp16's rounding
     (2^-11 = 4.9e-4) either way, where plain fp16 products in the product form would lose every bit
-    (precision_study.py; benchmarks/NOTES.md v18). Chunks of 32: one substitution step; of 64: three.
-    The substitution's T is not the tf32x3 one: the fp16 path ran, not the fallback."""
-    rtol = {"blocks_f16": (1e-6, 2e-4), "blocks_f16_subst": (5e-4, 2e-3), "blocks_parts": (1e-6, 2e-4)}[how]
+    (precision_study.py; benchmarks/NOTES.md v18), and so does f16_subst, whose diagonal blocks are on
+    plain fp16 products too. Chunks of 16: no merge; of 32: one substitution step; of 64: three. The
+    substitutions' T is not the tf32x3 one: the fp16 path ran, not the fallback."""
+    rtol = {"blocks_f16": (1e-6, 2e-4), "blocks_f16_subst": (5e-4, 2e-3), "f16_subst": (5e-4, 2e-3),
+            "blocks_parts": (1e-6, 2e-4)}[how]
     rtol = rtol[keys == "parallel"]
     gen = torch.Generator().manual_seed(1)
     A = chunk_A(keys, 0.9 + 0.1 * torch.rand(bt, generator=gen), BT=bt).to(DEVICE)
@@ -65,16 +67,17 @@ def test_inverse_against_float64(keys, how, bt):
     exact = torch.linalg.solve_triangular(eye + A.double(), eye, upper=False)
     T = inverse(A, how)
     assert_close(T, exact, rtol=rtol, name=f"T, {how}")
-    if how == "blocks_f16_subst":
+    if how in ("blocks_f16_subst", "f16_subst"):
         assert not torch.equal(T, inverse(A, "blocks_parts"))
 
 
-def test_inverse_by_substitution_falls_back_out_of_fp16_range():
+@pytest.mark.parametrize("how", ["blocks_f16_subst", "f16_subst"])
+def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     """beta = -0.22 on parallel keys: A_ij ~ -0.22 below the diagonal, so T's entries grow as
     1.22^(i - j) to ~3.4e4, past what merge_f16 keeps in fp16: the chunk is formed again at tf32x3,
     bit for bit as INVERSE="blocks_parts" (the pairs keep it: their partial products stay in range)."""
     A = chunk_A("parallel", torch.full((BT,), -0.22)).to(DEVICE)
-    T_subst, T_parts, T_pairs = (inverse(A, how) for how in ("blocks_f16_subst", "blocks_parts", "blocks_f16"))
+    T_subst, T_parts, T_pairs = (inverse(A, name) for name in (how, "blocks_parts", "blocks_f16"))
     assert T_parts.abs().max() > 16384 and torch.isfinite(T_parts).all()
     assert torch.equal(T_subst, T_parts)
     assert not torch.equal(T_pairs, T_parts)
