@@ -72,6 +72,30 @@ def test_gluon_walk_rows_of_the_next_sequence(case):
         assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])    # the empty sequences
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("T", [4096, 8195])
+def test_gluon_walk_beside_the_wy_pass(T, monkeypatch):
+    """At B = 1 with few heads, walk="gluon" runs beside the WY pass and waits on its counts (WAIT,
+    overlap="flags"; T = 8195 ends in a partial chunk): the same results as the Triton walk, which
+    does the same, and as the reference; no output row left unwritten (NaN-poisoned)."""
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    from gdn.ops.triton import triton_forward
+    waits = []
+    spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: waits.append(kw["WAIT"]), module=walk_gluon)
+    q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, seed=T,
+                                         device="cuda")
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
+    assert waits == [True]
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    assert_close(o, o_t, rtol=5e-3, name="o against the Triton walk")
+    assert_close(S, S_t, rtol=1e-3, name="S against the Triton walk")
+
+
 def test_gluon_walk_refusals(monkeypatch):
     """Outside what the kernel does, a ValueError that says what it needs: K outside 64/128/256, the
     bf16-parts walk, pieces, chunks other than 64 rows, other than 4 warps, more shared memory than an
