@@ -381,7 +381,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # two [BT, BV] operands; a margin for the barriers.
     gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
         + 2 * K * BV + 4 * BT * BV + 1024
-    gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or flags) and K in (64, 128, 256) and BT == 64
+    # Beside the WY pass (flags) only where a sequence's chunks read no rows of another (the next
+    # sequence's rows are read before its WY programs are waited for: MASK_ROWS zeroes v and U there,
+    # but k's rows enter k S and the state's update, so they must be written), and where a WY program
+    # fits beside the walk (K = 256: 229 KB of walk alone).
+    gluon_flags = flags and (B == 1 or T % BT == 0) and K <= 128
+    gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or gluon_flags) and K in (64, 128, 256) and BT == 64
                   and V % BV == 0 and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
 
     def gluon_ready():
@@ -409,7 +414,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         if not gluon_ready():
             raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
-        if not flags:
+        if not gluon_flags:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
@@ -482,7 +487,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             from .walk_gluon import walk_gluon
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages,
                        walk_warps or num_warps, walk_maxnreg, cu_seqlens,
-                       seq_order if cu_seqlens is not None and longest_first else None, done, flag_group)
+                       seq_order if cu_seqlens is not None and longest_first else None, done,
+                       flag_group if done is not None else 1)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

@@ -104,7 +104,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     next sequence's rows. Those rows of v and U are zeroed, and then nothing of them reaches this
     sequence: T diag(beta) and P are causal (each row's entries past it are zero), the state's update
     takes U's rows, and the outputs' rows past the end are not stored. (Rows past the tensor's end read
-    as zeros.)
+    as zeros.) k's rows there still enter k S and the state's update (times zeros), so they must be
+    finite: written by the WY pass before this walk starts (the launcher takes no WAIT with MASK_ROWS).
 
     WAIT (dense, beside the WY pass: the launcher's overlap="flags"): before the first load of a
     group of GROUP chunks, spin until the WY pass has counted them all done (done [B, groups, HV],
@@ -273,8 +274,9 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
-    if done is not None and cu_seqlens is not None:
-        raise ValueError("walk='gluon' waits on the WY pass's counts (done) on dense batches only")
+    if done is not None and (cu_seqlens is not None or (B > 1 and T % BT != 0)):
+        raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
+                         "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
     walk_gluon_kernel[(V // BV * N * HV,)](
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
         Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,

@@ -28,13 +28,19 @@ def decay_tile(g: torch.Tensor, factored: bool) -> torch.Tensor:
     return D
 
 
-@pytest.mark.parametrize("g_scale, factored_kept", [(0.3, True), (0.01, True), (1.0, False), (30.0, False)])
-def test_factored_decay_tile(g_scale, factored_kept):
-    """Spans up to 20 (g_scale 0.3: ~9.6 on average) take e^{G_i} e^{-G_j}, within 1e-5 of the exact
-    tile and zero above the diagonal; wider ones (g_scale 1: ~32, 30: ~960, where e^{-G_j} would
-    overflow) keep the exact tile bit for bit."""
+@pytest.mark.parametrize("g_scale, g_first, factored_kept", [(0.3, None, True), (0.01, None, True),
+                                                           (0.01, -100.0, True), (1.0, None, False),
+                                                           (30.0, None, False)])
+def test_factored_decay_tile(g_scale, g_first, factored_kept):
+    """Spans up to 20 (g_scale 0.3: ~9.6 on average) take the factored tile, within 1e-5 of the exact
+    one and zero above the diagonal, also after a first gate of -100 (G itself far past e^-88: the
+    factors are taken relative to max G); wider spans (g_scale 1: ~32, 30: ~960, where the factors
+    would overflow) keep the exact tile bit for bit."""
     g = -torch.rand(BT, generator=torch.Generator().manual_seed(0)) * g_scale
-    span = -g.cumsum(0).min().item()
+    if g_first is not None:
+        g[0] = g_first
+    G = g.cumsum(0)
+    span = (G.max() - G.min()).item()
     assert (span <= 20) == factored_kept
     exact, factored = decay_tile(g, False), decay_tile(g, True)
     assert torch.isfinite(factored).all() and (factored.triu(1) == 0).all()

@@ -143,10 +143,10 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     signals = []
     spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: signals.append(kw["SIGNAL"]), run=False)
 
-    def walk(B, T, K=128, **kw):
-        q = torch.empty(B, T, 16, K, dtype=torch.bfloat16, device="meta")
-        v = torch.empty(B, T, 32, 128, dtype=torch.bfloat16, device="meta")
-        g = torch.empty(B, T, 32, device="meta")
+    def walk(B, T, K=128, H=16, HV=32, **kw):
+        q = torch.empty(B, T, H, K, dtype=torch.bfloat16, device="meta")
+        v = torch.empty(B, T, HV, 128, dtype=torch.bfloat16, device="meta")
+        g = torch.empty(B, T, HV, device="meta")
         walks.clear()
         forward.triton_forward(q, q, v, g, g, scale=K ** -0.5, use_qk_l2norm=True, output_final_state=True, **kw)
         return walks
@@ -174,3 +174,11 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert signals == [True]
     with pytest.raises(ValueError, match="walk='gluon' needs"):
         walk(1, 8192, walk="gluon", pieces=4, overlap="pieces")     # the pieces overlap: not Gluon's
+    # Not beside the WY pass where a chunk reads the next sequence's rows, nor at K = 256 (no room):
+    # pieces (which turn the flags on) are refused there.
+    for kw in (dict(B=2, T=8195, H=2, HV=4), dict(B=1, T=8192, K=256)):
+        with pytest.raises(ValueError, match="walk='gluon' needs"):
+            walk(walk="gluon", pieces=4, **kw)
+    flags.clear()
+    assert walk(2, 8192, H=2, HV=4, walk="gluon", pieces=4) == [("gluon", (4 * 2 * 4,))]
+    assert flags == [(False, False, False, True)]
