@@ -101,9 +101,9 @@ CONFIGS = {
     "wy factored decay": dict(wy_decay="factored"),   # v19 candidate: the decay tile from 2 x 64 exponentials
     "wy all f16": dict(inverse="f16_subst"),      # v19 candidate: the inverse's diagonal blocks on fp16 too
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk (v18 default: blocks_f16_subst)
-    # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon), after the WY pass in one
-    # piece: v17's default at the wide shapes ("triton walk" is v16's there); at B = 1 compare with
-    # "pieces 1" (18% slower than it in v17)
+    # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): v17's default at the wide
+    # shapes ("triton walk" is v16's there); at B = 1 on a GPU it now runs beside the WY pass (flags, a
+    # v19 candidate; "gluon walk&pieces 1" after it, as v17 and v18 measured it)
     "gluon walk": dict(walk="gluon"),
     # v19 candidate at B = 1: beside the WY pass, waiting on its counts (flags; pieces > 1 turns them on,
     # as the GPU's own choice does: this also makes compile_report record that launch)

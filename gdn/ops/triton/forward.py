@@ -161,7 +161,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     with T a multiple of chunk_size, 22-23% faster there on an H200 (v18); "triton" elsewhere (varlen
     and partial chunks: not yet measured with Gluon's; B = 1; the interpreter). ``wy_decay``: the split
     WY pass's in-chunk decay tile as e^{G_i - G_j} ("exp", the default) or, where a chunk's G spans at
-    most 20, as e^{G_i} e^{-G_j} ("factored": 2 x 64 exponentials instead of 64 x 64; a candidate,
+    most 20, as e^{G_i - m} e^{m - G_j}, m = max G ("factored": 2 x 64 exponentials instead of 64 x 64; a candidate,
     ~6% of that pass in a probe on an H200, NOTES.md v18).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):

@@ -274,7 +274,8 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
-    if done is not None and (cu_seqlens is not None or (B > 1 and T % BT != 0)):
+    mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)     # chunks read another sequence's rows
+    if done is not None and mask_rows:
         raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
     walk_gluon_kernel[(V // BV * N * HV,)](
@@ -283,5 +284,5 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         o if seq_order is None else seq_order, o if done is None else done, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
         IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
-        MASK_ROWS=cu_seqlens is not None or (B > 1 and T % BT != 0), WAIT=done is not None, GROUP=group,
+        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group,
         num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -160,6 +160,18 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
 
 
 @triton.jit
+def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr):
+    """Block forward substitution: from T = X, STEPS times T <- X - N T on plain fp16 products (b_N16
+    already in fp16; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more
+    block row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal
+    blocks, and N = X A_off."""
+    b_T = b_X
+    for _ in tl.static_range(STEPS):
+        b_T = b_X - tl.dot(b_N16, to_f16(b_T, F16_DOT))
+    return b_T
+
+
+@triton.jit
 def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr):
     """(I + A)^-1 [BT, BT] from the inverses of its diagonal blocks X [NB, BLOCK, BLOCK] and A's
     off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
@@ -175,11 +187,7 @@ def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.co
     # X as a BT x BT block-diagonal tile: block b of row block b, zeros elsewhere.
     b_Xf = tl.reshape(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_X[:, :, None, :], 0.0),
                       [BT, BT])
-    b_N16 = to_f16(b_N, F16_DOT)
-    b_T = b_Xf
-    for _ in tl.static_range(1, NB):
-        b_T = b_Xf - tl.dot(b_N16, to_f16(b_T, F16_DOT))
-    return b_T
+    return substitute_f16(b_Xf, to_f16(b_N, F16_DOT), NB - 1, F16_DOT)
 
 
 @triton.jit
@@ -198,9 +206,7 @@ def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
     b_P = tl.dot(to_f16(b_A4, F16_DOT), to_f16(b_A4, F16_DOT))
     b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
     b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)), F16_DOT)
-    b_X = b_X4
-    for _ in tl.static_range(3):
-        b_X = b_X4 - tl.dot(b_N16, to_f16(b_X, F16_DOT))
+    b_X = substitute_f16(b_X4, b_N16, 3, F16_DOT)          # four 4 x 4 blocks a 16 x 16 one
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     o_i = tl.arange(0, BT)
@@ -374,7 +380,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
     k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
-    FACTORED_DECAY: the decay tile as e^{G_i} e^{-G_j} where it is safe (decay.chunk_decay)."""
+    FACTORED_DECAY: the decay tile from 2 BT exponentials where that is safe (decay.chunk_decay)."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
