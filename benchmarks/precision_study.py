@@ -68,7 +68,7 @@ def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tens
         X16 = _substitution(torch.where(_blocks(n, block), A, 0.0), _inverse_4x4_f16(A), 4)
         return _substitution(A, X16, block)
     eye_b = torch.eye(block, dtype=A.dtype)
-    same = torch.block_diag(*[torch.ones(block, block)] * (n // block)).bool()
+    same = _blocks(n, block)
     blocks = A.unflatten(-1, (n // block, block)).unflatten(-3, (n // block, block))
     Ad = torch.diagonal(blocks, dim1=-4, dim2=-2).permute(0, 3, 1, 2)      # [chunks, NB, block, block]
     X, P = eye_b - Ad, Ad
