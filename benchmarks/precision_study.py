@@ -104,11 +104,14 @@ def _substitution(A: torch.Tensor, X: torch.Tensor, block: int) -> torch.Tensor:
     return T
 
 
-def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", inverse="", o_bf16=True):
+def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", inverse="", ahead=None, o_bf16=True):
     """One (sequence, head) in float64: q, k [T, K], v [T, V], g, beta [T], the values of bf16 inputs.
     The keywords say how each operand is rounded; qk: q and k normalised and then rounded (else the
-    norm factors scale the fp32 results); inverse: unit_lower_inverse's algorithm ("" exact). Returns
-    o (rounded to bf16 unless o_bf16=False) and S."""
+    norm factors scale the fp32 results); inverse: unit_lower_inverse's algorithm ("" exact). ahead
+    (a rounding, or None): the next chunk's k S formed a chunk ahead, off the chain that carries the
+    state, as e^{G_C} k' S + (k' k^T) (e^{G_C - G} U) with k' the next chunk's keys and k' k^T rounded
+    so (NOTES.md v19's lookahead); None: from the new state, k' S'. Returns o (rounded to bf16 unless
+    o_bf16=False) and S."""
     n, Kd = q.shape[0] // C, q.shape[1]
     scale = Kd ** -0.5
     q, k, v, g, beta = (x.reshape(n, C, *x.shape[1:]) for x in (q, k, v, g, beta))
@@ -126,12 +129,18 @@ def walk(q, k, v, g, beta, *, S="", Z="", T="", P="", U="", qk="", inverse="", o
         rq, rk = torch.ones_like(rq), torch.ones_like(rk)
     state = torch.zeros(Kd, v.shape[-1], dtype=q.dtype)
     o = torch.empty_like(v)
+    kS = k[0] @ rounded(state, S)
     for c in range(n):
         eG = G[c].exp()
-        Uc = Tb[c] @ rounded(v[c] - (rk[c] * eG)[:, None] * (k[c] @ rounded(state, S)), Z)
+        Uc = Tb[c] @ rounded(v[c] - (rk[c] * eG)[:, None] * kS, Z)
         o[c] = (scale * rq[c] * eG)[:, None] * (q[c] @ rounded(state, S)) + Pm[c] @ rounded(Uc, U)
         decay = rk[c] * (G[c, -1] - G[c]).exp()
-        state = G[c, -1].exp() * state + k[c].T @ rounded(decay[:, None] * Uc, U)
+        Ud = rounded(decay[:, None] * Uc, U)
+        if c + 1 < n and ahead is not None:
+            kS = G[c, -1].exp() * (k[c + 1] @ rounded(state, S)) + rounded(k[c + 1] @ k[c].T, ahead) @ Ud
+        state = G[c, -1].exp() * state + k[c].T @ Ud
+        if c + 1 < n and ahead is None:
+            kS = k[c + 1] @ rounded(state, S)
     o = o.reshape(n * C, -1)
     return (o.to(torch.bfloat16).double() if o_bf16 else o), state
 
@@ -147,6 +156,8 @@ VARIANTS = {
                                                        inverse="fp16 substitution"),
     "v11, T by fp16 substitution everywhere (v19)": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
                                                           inverse="fp16 substitution everywhere"),
+    "v19, k S a chunk ahead, k' k^T in fp16": dict(S="h", Z="h", T="h", P="h", U="h", qk="h",
+                                                    inverse="fp16 substitution everywhere", ahead="h"),
 }
 
 

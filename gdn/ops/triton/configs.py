@@ -98,17 +98,21 @@ CONFIGS = {
     "wy heads 2 own regs": dict(wy_heads=2, wy_maxnreg=0),
     "wy heads 2 r168": dict(wy_heads=2, wy_maxnreg=168),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
-    "wy factored decay": dict(wy_decay="factored"),   # v19 candidate: the decay tile from 2 x 64 exponentials
-    "wy all f16": dict(inverse="f16_subst"),      # v19 candidate: the inverse's diagonal blocks on fp16 too
-    "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk (v18 default: blocks_f16_subst)
-    # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): v17's default at the wide
-    # shapes ("triton walk" is v16's there); at B = 1 on a GPU it now runs beside the WY pass (flags, a
-    # v19 candidate; "gluon walk&pieces 1" after it, as v17 and v18 measured it)
+    "wy all f16": dict(inverse="f16_subst"),      # v19's default under the fp16 walk: the whole inverse on fp16
+    "wy f16 merge": dict(inverse="blocks_f16_subst"),   # v18's: diagonal blocks from fp16 pairs, the merge on fp16
+    "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk
+    # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): the default at the wide
+    # shapes (v17; packed ones v19; "triton walk" is v16's there); at B = 1 on a GPU it runs beside the
+    # WY pass (flags: 3-4% faster from 16k tokens on in v19, not yet the default; "gluon walk&pieces 1"
+    # after it, as v17 and v18 measured it)
     "gluon walk": dict(walk="gluon"),
-    # v19 candidate at B = 1: beside the WY pass, waiting on its counts (flags; pieces > 1 turns them on,
-    # as the GPU's own choice does: this also makes compile_report record that launch)
+    # at B = 1 beside the WY pass, waiting on its counts (flags; pieces > 1 turns them on, as the GPU's
+    # own choice does: this also makes compile_report record that launch)
     "gluon walk beside": dict(walk="gluon", pieces=8),
     "gluon walk st2": dict(walk="gluon", walk_stages=2),
+    # v20 candidate: the next state's scale (a max reduction) beside the output's and state's products;
+    # for B = 1 (32 columns: 181 registers, no spills; at the wide walk's 64 it spills 144 B)
+    "gluon scale late": dict(walk="gluon", gluon_scale_late=True),
     "triton walk": dict(walk="triton"),
 }
 

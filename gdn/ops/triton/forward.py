@@ -95,7 +95,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, wy_decay="exp", out=None):
+                   operands=None, walk=None, gluon_scale_late=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -138,9 +138,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
-    ``inverse`` defaults to "blocks_f16_subst" with the fp16 walk (v18: the diagonal blocks from pairs of
-    fp16 parts where a chunk's |A_ij| <= 1, tf32x3 elsewhere, and the merge by substitution on fp16
-    products), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
+    ``inverse`` defaults to "f16_subst" with the fp16 walk (v19: on plain fp16 products where a chunk's
+    |A_ij| <= 1, tf32x3 elsewhere; v18's "blocks_f16_subst" formed the diagonal blocks from pairs of
+    fp16 parts), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
@@ -156,13 +156,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gdn.ops.triton.walk_gluon's kernel, whose matrix products run asynchronously: dense or packed
     sequences of any length, one segment, after the WY pass (or beside it, waiting on its counts, where
     ``overlap="flags"`` applies: few sequences x heads; overlap="pieces" is refused), chunk_size 64,
-    K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default): "gluon" where the defaults take the
-    wide walk (64 columns, one stage: batches x heads fill the SMs twice) at K = 128 on dense batches
-    with T a multiple of chunk_size, 22-23% faster there on an H200 (v18); "triton" elsewhere (varlen
-    and partial chunks: not yet measured with Gluon's; B = 1; the interpreter). ``wy_decay``: the split
-    WY pass's in-chunk decay tile as e^{G_i - G_j} ("exp", the default) or, where a chunk's G spans at
-    most 20, as e^{G_i - m} e^{m - G_j}, m = max G ("factored": 2 x 64 exponentials instead of 64 x 64; a candidate,
-    ~6% of that pass in a probe on an H200, NOTES.md v18).
+    K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default), at K = 128: "gluon" where the defaults
+    take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice), dense or packed,
+    whole chunks or not, 22-23% faster there on an H200 (v18; packed 17%, v19); "triton" elsewhere
+    (B = 1 beside the WY pass: Gluon's was 3-4% faster there from 16k tokens on, and correct at 32k,
+    but not yet checked at 2^20 tokens, v19; the interpreter). ``gluon_scale_late`` (Gluon's walk;
+    a candidate, not yet run on a GPU): walk_gluon_kernel's SCALE_LATE.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -325,10 +324,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # (benchmarks/NOTES.md v16). One head elsewhere (the bf16-parts passes: not measured).
         wy_heads = 2 if f16 and (HV // H) % 2 == 0 else 1
     if f16 and not inverse_given:
-        # The inverse's diagonal blocks from pairs of fp16 parts where a chunk's |A_ij| <= 1 (tf32x3
-        # elsewhere: 8-12% off the whole call on an H200, v13), its merge by substitution on plain fp16
-        # products (the WY pass 14% faster, the wide shapes 6%: v18); T is stored at fp16's 11 bits here.
-        inverse = "blocks_f16_subst"
+        # The inverse on plain fp16 products where a chunk's |A_ij| <= 1 (tf32x3 elsewhere and where T
+        # leaves fp16's range): the 4 x 4 blocks by a product, the 16 x 16 and 64 x 64 ones by block
+        # substitution (v18-v19: 2-3% off the wide shapes, o unchanged on an H200); T is stored at
+        # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept.
+        inverse = "f16_subst"
     if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
@@ -372,8 +372,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
-    if wy_decay not in ("exp", "factored"):
-        raise ValueError(f"wy_decay must be 'exp' or 'factored', got {wy_decay!r}")
     if walk not in (None, "triton", "gluon"):
         raise ValueError(f"walk must be None, 'triton' or 'gluon', got {walk!r}")
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
@@ -398,13 +396,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
         # columns, one stage, K = 128): asynchronous products and a ring for each kind of tile, 22-23%
-        # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18). At B = 1 after the WY
-        # pass (one piece) it was 8% slower than the Triton walk beside it (v18); beside it (flags) it
-        # has not run on a GPU yet.
-        # Packed sequences and partial last chunks (its MASK_ROWS) run only when asked for: not yet
-        # measured on a GPU.
+        # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18), 17% off packed
+        # sequences (varlen 32k in 16, v19: rows of the next sequence masked, MASK_ROWS). Beside the WY
+        # pass (B = 1: flags) it was 3-4% faster from 256 chunks a sequence on and correct at 32k tokens
+        # (v19), but T = 2^20 has not run there yet: asked for only (walk="gluon").
         walk = "gluon" if (wide_default and gluon_fits and BV == 64 and walk_stages == 1 and K == 128
-                           and cu_seqlens is None and T % BT == 0 and gluon_ready()) else "triton"
+                           and gluon_ready()) else "triton"
     if walk == "gluon":
         if not gluon_fits:
             raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), one segment, one "
@@ -416,9 +413,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                              "kernels have no interpreter")
         if not gluon_flags:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
+    elif gluon_scale_late:
+        raise ValueError("gluon_scale_late=True applies to the Gluon walk only (walk='gluon', or the defaults' "
+                         "choice of it); this call takes the Triton walk")
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
-            cu_seqlens is None and P == 1 and q.is_cuda and not triton_interpreting()) else 1
+            cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
     if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1 and wy_heads == 1)) \
             and not triton_interpreting():
@@ -458,7 +458,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
             STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
-            FACTORED_DECAY=wy_decay == "factored",
             **common, **_maxnreg(wy_maxnreg))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
@@ -488,7 +487,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages,
                        walk_warps or num_warps, walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and longest_first else None, done,
-                       flag_group if done is not None else 1)
+                       flag_group if done is not None else 1, gluon_scale_late)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

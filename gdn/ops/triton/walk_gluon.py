@@ -1,8 +1,9 @@
 """The fp16 state walk (gdn.ops.triton.walk_f16's chunk) in Gluon, with asynchronous matrix products.
 
-The default at the wide shapes (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for
-it; benchmarks/NOTES.md v17-v18: 22-23% faster there than the Triton walk on an H200; at B = 1, in one
-piece, 8% slower than the default there, the Triton walk beside the WY pass).
+The default at the wide shapes, dense or packed (``walk=None`` in gdn.ops.triton.forward;
+``walk="gluon"`` asks for it; benchmarks/NOTES.md v17-v19: 22-23% faster there than the Triton walk
+on an H200, 17% on packed sequences). At B = 1 beside the WY pass (WAIT) 3-4% faster than the Triton
+walk from 16k tokens on (v19), after it (one piece) 8% slower.
 Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
 series. Gluon issues warpgroup MMAs asynchronously and waits for a given number of them, so here
 only three products sit on the chain that carries the state, and the outputs' two ride beside it:
@@ -17,10 +18,13 @@ order of the matrix units' sums. The tiles come by TMA from host-made descriptor
 heads x dim], each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
 one stage too every tile comes about a chunk ahead: v18). A sequence's last chunk may read rows of
 the next (packed sequences, or dense ones whose T is not a multiple of the chunk): those rows are
-made harmless in registers (walk_gluon_kernel's MASK_ROWS). One segment, one piece (the WY pass runs
-first).
+made harmless in registers (walk_gluon_kernel's MASK_ROWS). One segment; the WY pass runs first, or
+beside it with the walk waiting on its counts (dense batches whose chunks read no other sequence's
+rows).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from triton.experimental import gluon
@@ -91,7 +95,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                      GROUP: gl.constexpr, num_warps: gl.constexpr):
+                      GROUP: gl.constexpr, SCALE_LATE: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
@@ -110,6 +114,9 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     WAIT (dense, beside the WY pass: the launcher's overlap="flags"): before the first load of a
     group of GROUP chunks, spin until the WY pass has counted them all done (done [B, groups, HV],
     counted at each q/k head's first value head: wy_kernel's SIGNAL), as chunk_fwd's walk does.
+
+    SCALE_LATE (a candidate, not yet run on a GPU): the next state's power-of-two scale (a max over
+    e^{G_C - G} U) is formed after the output's and the state's products are issued, not before.
 
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
@@ -225,7 +232,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
         b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
-        b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+        if not SCALE_LATE:
+            b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
         zu_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))
         fence_async_shared()
@@ -235,6 +243,10 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         _wait(p_bars, c, STAGES)
         b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
         b_Sn = warpgroup_mma(k_s.index(sk).permute((1, 0)), uc_s, b_acc_S, is_async=True)
+        if SCALE_LATE:
+            # Only the rescale after S's update needs the next scale: its max reduction (a thread
+            # barrier) then runs beside the two products instead of before them, on the chain.
+            b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
         b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
         _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
@@ -252,20 +264,27 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         gl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S * (1.0 / b_sig))
 
 
+@functools.lru_cache(maxsize=None)
+def _tile_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The shared-memory layout of a [block] tile of dtype, made once: ~6 us of the host's time a
+    call each (five a launch), which at B1 x T8k is host time the GPU waits for (NOTES.md v19)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[dtype])
+
+
 def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A descriptor of a [B, T, heads, dim] tensor as [B x T, heads x dim] in [block] tiles."""
     x2 = x.reshape(x.shape[0] * x.shape[1], x.shape[2] * x.shape[3])
-    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[x.dtype]
-    return TensorDescriptor.from_tensor(x2, block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+    return TensorDescriptor.from_tensor(x2, block, _tile_layout(tuple(block), x.dtype))
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1):
+               cu_seqlens=None, seq_order=None, done=None, group=1, scale_late=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
-    The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
+    The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
+    scale_late: walk_gluon_kernel's SCALE_LATE.
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -284,5 +303,5 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         o if seq_order is None else seq_order, o if done is None else done, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
         IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
-        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group,
+        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group, SCALE_LATE=scale_late,
         num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

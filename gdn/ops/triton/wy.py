@@ -363,8 +363,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
-                     FACTORED_DECAY: tl.constexpr = False):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -379,8 +378,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
-    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
-    FACTORED_DECAY: the decay tile from 2 BT exponentials where that is safe (decay.chunk_decay)."""
+    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -429,7 +427,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         else:
             b_g = _column(b_g_all, o_j, j)
             b_beta = _column(b_beta_all, o_j, j)
-        b_G, b_D = chunk_decay(b_g, BT, FACTORED_DECAY)
+        b_G, b_D = chunk_decay(b_g, BT)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
             store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
@@ -512,7 +510,7 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-    HEADS: tl.constexpr = 1, FACTORED_DECAY: tl.constexpr = False,
+    HEADS: tl.constexpr = 1,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -529,7 +527,7 @@ def wy_kernel(
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
     (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
-    sharing a q/k head counts at its first head. FACTORED_DECAY (split path): wy_split_factors'.
+    sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
     done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible."""
@@ -547,7 +545,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, FACTORED_DECAY)
+                         F16_DOT, HEADS)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()

@@ -69,24 +69,27 @@ def test_gluon_walk_rows_of_the_next_sequence(case):
     assert_close(o, o_t, rtol=5e-3, name="o against the Triton walk")
     assert_close(S, S_t, rtol=1e-3, name="S against the Triton walk")
     if cu is not None:
-        assert torch.equal(S[0], S0[0]) and torch.equal(S[3], S0[3])    # the empty sequences
+        assert torch.equal(S[0], S0[0]) and torch.equal(S[4], S0[4])    # the empty sequences
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("T", [4096, 8195])
-def test_gluon_walk_beside_the_wy_pass(T, monkeypatch):
+@pytest.mark.parametrize("T, scale_late", [(4096, False), (8195, False), (8195, True)])
+def test_gluon_walk_beside_the_wy_pass(T, scale_late, monkeypatch):
     """At B = 1 with few heads, walk="gluon" runs beside the WY pass and waits on its counts (WAIT,
-    overlap="flags"; T = 8195 ends in a partial chunk): the same results as the Triton walk, which
-    does the same, and as the reference; no output row left unwritten (NaN-poisoned)."""
+    overlap="flags"; T = 8195 ends in a partial chunk), also with the next state's scale formed late
+    (SCALE_LATE): the same results as the Triton walk, which does the same, and as the reference; no
+    output row left unwritten (NaN-poisoned)."""
     import gdn.ops.triton.walk_gluon as walk_gluon
     from gdn.ops.triton import triton_forward
     waits = []
     spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: waits.append(kw["WAIT"]), module=walk_gluon)
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, seed=T,
                                          device="cuda")
-    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    # One segment: at so few heads the bf16 defaults would split the sequence instead (no fp16 walk).
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, num_segments=1)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
-    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")),
+                          gluon_scale_late=scale_late, **call)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert waits == [True]
     assert torch.isfinite(o).all() and torch.isfinite(S).all()
@@ -99,7 +102,8 @@ def test_gluon_walk_beside_the_wy_pass(T, monkeypatch):
 def test_gluon_walk_refusals(monkeypatch):
     """Outside what the kernel does, a ValueError that says what it needs: K outside 64/128/256, the
     bf16-parts walk, pieces, chunks other than 64 rows, other than 4 warps, more shared memory than an
-    SM has; and no interpreter. Meta tensors: the refusals come before any launch."""
+    SM has; and no interpreter; gluon_scale_late on the Triton walk. Meta tensors: the refusals come
+    before any launch."""
     import gdn.ops.triton.forward as forward
 
     def call(B=1, T=128, K=64, device="meta", **kw):
@@ -111,6 +115,8 @@ def test_gluon_walk_refusals(monkeypatch):
     g = torch.zeros(1, 64, 1, device="meta")
     with pytest.raises(ValueError, match="walk must be None, 'triton' or 'gluon'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
+    with pytest.raises(ValueError, match="gluon_scale_late=True applies to the Gluon walk only"):
+        forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="triton", gluon_scale_late=True)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
@@ -124,10 +130,9 @@ def test_gluon_walk_refusals(monkeypatch):
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
     """walk=None takes the Gluon walk where the defaults choose the wide walk (64 columns, one stage:
-    batches x heads fill the SMs twice) at K = 128 on a GPU, and the Triton walk elsewhere: B = 1,
-    varlen, a partial chunk at B > 1 (those two take it when asked for, with rows of the next sequence
-    masked), block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as
-    on an sm_90 GPU with 132 SMs)."""
+    batches x heads fill the SMs twice) at K = 128 on a GPU, dense or packed, whole chunks or not (rows
+    of the next sequence masked); the Triton walk elsewhere: B = 1 (beside the WY pass; Gluon's there
+    when asked for, waiting on its counts), block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as on an sm_90 GPU with 132 SMs)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.walk_gluon as walk_gluon
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
@@ -152,26 +157,26 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
         return walks
     assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]           # 64 columns: 2 programs a head
     assert walk(32, 256) == [("gluon", (2 * 32 * 32,))]
-    assert walk(8, 4000) == ["triton"]                              # a partial chunk at B > 1
     assert walk(8, 4096, K=64) == ["triton"]                        # only the measured K = 128 by default
     assert walk(8, 4096, K=64, walk="gluon") == [("gluon", (2 * 8 * 32,))]
     assert walk(1, 8192) == ["triton"]                              # B = 1: narrow, beside the WY pass
+    assert walk(1, 16384) == ["triton"]
     assert walk(8, 4096, block_v=64) == ["triton"]                  # the shape asked for
     assert walk(8, 4096, walk="triton") == ["triton"]
     assert walk(8, 4096, chunk_size=32) == ["triton"]                # the kernel's tiles are 64 rows
     assert walk(1, 8192, walk="gluon", pieces=1) == [("gluon", (4 * 32,))]     # 32 columns, asked for
     cu = torch.empty(65, dtype=torch.int32, device="meta")        # 64 sequences: the wide walk
-    assert walk(1, 4096, cu_seqlens=cu) == ["triton"]               # varlen
     flags.clear()
-    assert walk(1, 4096, cu_seqlens=cu, walk="gluon") == [("gluon", (2 * 64 * 32,))]
-    assert walk(1, 4096, cu_seqlens=cu, walk="gluon", longest_first=False) == [("gluon", (2 * 64 * 32,))]
-    assert walk(8, 4000, walk="gluon") == [("gluon", (2 * 8 * 32,))]
+    assert walk(1, 4096, cu_seqlens=cu) == [("gluon", (2 * 64 * 32,))]
+    assert walk(1, 4096, cu_seqlens=cu, longest_first=False) == [("gluon", (2 * 64 * 32,))]
+    assert walk(8, 4000) == [("gluon", (2 * 8 * 32,))]            # a partial chunk at B > 1
     assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]
     signals.clear()
-    assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]   # beside the WY pass: its counts
+    assert walk(1, 16384, walk="gluon") == [("gluon", (4 * 32,))]   # beside the WY pass: its counts
+    assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]
     assert flags == [(True, True, True, False), (True, False, True, False), (False, False, True, False),
-                     (False, False, False, False), (False, False, False, True)]
-    assert signals == [True]
+                     (False, False, False, False), (False, False, False, True), (False, False, False, True)]
+    assert signals == [True, True]
     with pytest.raises(ValueError, match="walk='gluon' needs"):
         walk(1, 8192, walk="gluon", pieces=4, overlap="pieces")     # the pieces overlap: not Gluon's
     # Not beside the WY pass where a chunk reads the next sequence's rows, nor at K = 256 (no room):
