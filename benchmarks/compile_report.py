@@ -44,11 +44,13 @@ from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
 import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
+import gdn.ops.triton.walk_gluon_ahead as walk_gluon_ahead   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
-# (module, name) of every kernel the launcher may run: the Gluon walk's lives in its own module.
+# (module, name) of every kernel the launcher may run: the Gluon walks' live in their own modules.
 KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel",
-                                             "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),)
+                                             "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),
+                                                                      (walk_gluon_ahead, "walk_ahead_kernel"))
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
@@ -63,9 +65,10 @@ class _Recorder:
         return lambda *args, **kw: self.launches.append((self.fn, grid, args, kw))
 
 
-def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, **kw):
+def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, initial_state=False, **kw):
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
-    (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens)."""
+    (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens; with an
+    initial state if ``initial_state``)."""
     launches = []
     saved = {(module, name): getattr(module, name) for module, name in KERNELS}
     saved_sms, saved_tma = forward.num_sms, forward._tma_ready
@@ -81,6 +84,8 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         beta = torch.empty_like(g)
         if packed:
             kw = dict(kw, cu_seqlens=torch.empty(packed + 1, dtype=torch.int32, device="meta"))
+        if initial_state:
+            kw = dict(kw, initial_state=torch.empty(packed or B, HV, K, V, device="meta"))
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
         forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
@@ -233,6 +238,7 @@ def main(argv=None):
     ap.add_argument("--chunk", type=int, default=64, help="chunk_size")
     ap.add_argument("--packed", type=int, default=0, help="pack T tokens as this many sequences (varlen)")
     ap.add_argument("--no-l2norm", action="store_true", help="use_qk_l2norm=False")
+    ap.add_argument("--initial-state", action="store_true", help="pass an initial state (the kernels' HAS_H0)")
     ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
     ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
@@ -246,7 +252,8 @@ def main(argv=None):
     target = GPUTarget("cuda", args.arch, 32)
     arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
     dtype = getattr(torch, args.dtype)
-    problem = dict(dtype=dtype, packed=args.packed, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm)
+    problem = dict(dtype=dtype, packed=args.packed, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm,
+                   initial_state=args.initial_state)
     if args.num_segments is not None:
         problem["num_segments"] = args.num_segments
     packed = f" packed as {args.packed} sequences" if args.packed else ""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.tolerances import rel_err
+
 
 def reference_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, use_qk_l2norm=False):
     """Token-by-token float64 recurrence, one (sequence, value head) at a time.
@@ -82,3 +84,57 @@ def parallel_key_inputs(beta_max=1.0, *, device="cpu", T=128, K=32, V=32):
     beta = (0.9 + 0.1 * torch.rand(B, T, HV, generator=gen)) * beta_max
     S0 = torch.randn(B, HV, K, V, generator=gen)
     return tuple(x.to(device) for x in (q, k, v, g, beta, S0))
+
+
+# (values' scale, initial state's scale, what else): magnitudes far past fp16's range (65504 down to
+# 6e-5), jumps inside a sequence, a gate that forgets at a chunk's start, all zeros: for the walks on
+# fp16 operands scaled by powers of two (gdn.ops.triton.walk_f16 and the Gluon walks).
+MAGNITUDES = {
+    "v x 1e4": (1e4, 1.0, None), "v and S0 x 1e-8": (1e-8, 1e-8, None), "v and S0 x 1e-30": (1e-30, 1e-30, None),
+    "v and S0 x 1e30": (1e30, 1e30, None), "S0 x 1e6": (1.0, 1e6, None), "S0 x 1e-20, v x 1e20": (1e20, 1e-20, None),
+    "v x 1e-7, no S0": (1e-7, None, None), "v jumps x 3e4 mid-sequence": (1.0, 1.0, "jump"),
+    "v zero, then x 1e16": (1.0, None, "zeros then big"), "a gate forgets, then v x 1e-8": (1.0, None, "forget"),
+    "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, None), "zeros": (0.0, 0.0, None),
+    "a gate of -100 forgets S0 x 1e10, v x 1e-30": (1e-30, 1e10, "deep forget"),
+    "a gate forgets at a chunk's last token, then v x 1e-6": (1.0, None, "late forget"),
+}
+
+
+def magnitude_inputs(case: str, dim: int, device="cpu"):
+    """bf16 q, k, v, fp32 g, beta and S0 (or None) for B = 1, T = 256, H = HV = 2, K = V = dim, scaled
+    as MAGNITUDES[case] says (the forgetting gates at tokens 63 and 64: a chunk's edge at chunks of
+    32 or 64)."""
+    q, k, v, g, beta, S0 = random_inputs(1, 256, 2, 2, dim, dim, dtype=torch.bfloat16, initial_state=True, seed=3,
+                                         device=device)
+    v_scale, s_scale, other = MAGNITUDES[case]
+    v = v.float() * v_scale
+    if other == "jump":
+        v[:, 128:] *= 3e4
+    elif other == "zeros then big":
+        v[:, :160] = 0
+        v[:, 160:] *= 1e16
+    elif other == "forget":                  # at token 64, a chunk's first: the old state is gone
+        g = g.clone()
+        g[:, 64] = -60.0
+        v[:, 64:] *= 1e-8
+    elif other == "deep forget":             # e^G below fp32's range: the scales' ratio must not be
+        g = g.clone()
+        g[:, 0] = -100.0
+    elif other == "late forget":             # the next chunk's scale comes from the writes, not the start
+        g = g.clone()
+        g[:, 63] = -60.0
+        v[:, 32:] *= 1e-6
+    return q, k, v.to(torch.bfloat16), g, beta, None if s_scale is None else S0 * s_scale
+
+
+def assert_any_magnitude(case: str, o, S, o_ref, S_ref) -> None:
+    """What a walk scaled by powers of two must give on magnitude_inputs(case): finite, and as exact
+    as at unit scale (o 1e-2, S 1.5e-3; the rows after a forgetting gate on their own too); zeros
+    for zeros."""
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    if case == "zeros":
+        assert not o.any() and not S.any()
+        return
+    assert rel_err(o, o_ref) < 1e-2 and rel_err(S, S_ref) < 1.5e-3, (rel_err(o, o_ref), rel_err(S, S_ref))
+    if MAGNITUDES[case][2] in ("forget", "late forget"):
+        assert rel_err(o[:, 64:], o_ref[:, 64:]) < 1e-2

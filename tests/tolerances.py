@@ -25,3 +25,14 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     assert torch.isfinite(actual).all(), f"{name}: contains NaN/Inf"
     err = rel_err(actual, expected)
     assert err <= rtol, f"{name}: relative error {err:.3e} > {rtol:.1e}"
+
+
+def assert_fp16_walk_close(o, S, o_ref, S_ref, o_triton, S_triton) -> None:
+    """A walk on fp16 operands (gdn.ops.triton.walk_f16 and the Gluon walks) against the float64
+    reference: o within bf16's rounding (1e-2), S within fp16's (1.5e-3); and against the Triton walk
+    (the same products summed in another order) 5e-3 and 1e-3; all finite."""
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    assert_close(o, o_triton, rtol=5e-3, name="o against the Triton walk")
+    assert_close(S, S_triton, rtol=1e-3, name="S against the Triton walk")

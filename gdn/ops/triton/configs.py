@@ -113,6 +113,14 @@ CONFIGS = {
     # v20 candidate: the next state's scale (a max reduction) beside the output's and state's products;
     # for B = 1 (32 columns: 181 registers, no spills; at the wide walk's 64 it spills 144 B)
     "gluon scale late": dict(walk="gluon", gluon_scale_late=True),
+    # v20 candidate: k S a chunk ahead, two products on the chain (walk_gluon_ahead; B = 1: 32 columns,
+    # two stages)
+    "gluon ahead": dict(walk="gluon_ahead"),
+    # v20 candidate at B = 1: two WY programs beside each walk program instead of one (the WY pass
+    # beside the walk takes about as long as the walk there, NOTES.md v19): the Gluon walk at two
+    # stages (168 registers, 139 KB) and one-head WY programs at 168 registers (33 KB, 164 B spills):
+    # 3 x 21.5 K registers and 205 KB an SM
+    "gluon beside 2 wy": dict(walk="gluon", pieces=8, walk_stages=2, wy_heads=1, wy_maxnreg=168),
     "triton walk": dict(walk="triton"),
 }
 

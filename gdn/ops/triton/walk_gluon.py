@@ -71,6 +71,52 @@ def _barriers(DEPTH: gl.constexpr):
 
 
 @gluon.jit
+def _rings(d_q, d_k, d_v, d_t, d_p, STAGES: gl.constexpr, KS: gl.constexpr, BT: gl.constexpr, K: gl.constexpr,
+           BV: gl.constexpr):
+    """The tiles' rings in shared memory (each in its descriptor's layout) and their barriers: KS slots
+    of k, STAGES of q, T (beside q, on qt_bars), v and P. Returns k_s, q_s, t_s, v_s, p_s, k_bars,
+    qt_bars, v_bars, p_bars."""
+    k_s = gl.allocate_shared_memory(d_k.dtype, [KS, BT, K], d_k.layout)
+    q_s = gl.allocate_shared_memory(d_q.dtype, [STAGES, BT, K], d_q.layout)
+    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)
+    v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
+    p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
+    return k_s, q_s, t_s, v_s, p_s, _barriers(KS), _barriers(STAGES), _barriers(STAGES), _barriers(STAGES)
+
+
+@gluon.jit
+def initial_state(h0, i_v, i_nh, K: gl.constexpr, V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr,
+                  HAS_H0: gl.constexpr, rows_l: gl.constexpr, cols_l: gl.constexpr):
+    """The program's offsets (o_k [K] and o_t [BT] along rows_l, its columns o_v [BV] along cols_l, its
+    state's i_state in h0 and ht) and the walk's state at the start, sigma S_0 [K, BV] fp32 with sigma
+    (walk_f16: the walk holds sigma S): from h0, or zeros and 1. Returns o_k, o_v, o_t, i_state,
+    b_S, b_sig."""
+    o_k = gl.arange(0, K, layout=rows_l)
+    o_v = i_v * BV + gl.arange(0, BV, layout=cols_l)
+    o_t = gl.arange(0, BT, layout=rows_l)
+    i_state = i_nh.to(gl.int64) * K * V
+    if HAS_H0:
+        b_S = gl.load(h0 + i_state + o_k[:, None] * V + o_v[None, :])
+        b_sig = pow2_below_inverse(tile_max(b_S))
+        b_S = b_S * b_sig
+    else:
+        b_S = (o_k[:, None] + o_v[None, :]).to(gl.float32) * 0.0
+        b_sig = gl.full([], 1.0, gl.float32)
+    return o_k, o_v, o_t, i_state, b_S, b_sig
+
+
+@gluon.jit
+def _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES: gl.constexpr, KS: gl.constexpr):
+    """The rings' barriers invalidated at the walk's end: KS slots of k, STAGES of the others."""
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(qt_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+        mbarrier.invalidate(p_bars.index(i))
+    for i in gl.static_range(KS):
+        mbarrier.invalidate(k_bars.index(i))
+
+
+@gluon.jit
 def _wait(bars, c, DEPTH: gl.constexpr):
     """Wait for chunk c's tiles in slot c % DEPTH of a ring (its (c // DEPTH)-th fill)."""
     mbarrier.wait(bars.index(c % DEPTH), (c // DEPTH) & 1)
@@ -87,6 +133,33 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
     b_G = gl.where(m_t, gl.load(Gc + (row0 + o_t) * HV + i_hv, mask=m_t, other=0.0), b_G_last)
     b_G0 = gl.load(Gc + row0 * HV + i_hv, mask=live, other=0.0)
     return b_G, b_G_last, b_G0
+
+
+@gluon.jit
+def program_rows(cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                 BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr):
+    """This program's (sequence, value head, BV columns) from its id (grid V / BV x N x HV): i_v, i_n,
+    i_nh = i_n HV + i_hv, i_hv, the sequence's first token row, its length T and chunks NT, and the
+    tiles' columns in the descriptors' [tokens, heads x dim]: col_qk (q, k: its q/k head's), col_v
+    (v), col_tp (T and P)."""
+    NV: gl.constexpr = V // BV
+    pid = gl.program_id(0)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    if IS_VARLEN:
+        if LONGEST_FIRST:
+            # Longest sequences first: programs start in launch order, and a long walk started in the
+            # last wave would end the kernel alone.
+            i_n = gl.load(seq_order + i_n)
+            i_nh = i_n * HV + i_hv
+        row_base = gl.load(cu_seqlens + i_n).to(gl.int32)     # TMA's coordinates are 32-bit
+        T = gl.load(cu_seqlens + i_n + 1).to(gl.int32) - row_base      # this sequence's length from here on
+    else:
+        row_base = i_n * T
+    return i_v, i_n, i_nh, i_hv, row_base, T, gl.cdiv(T, BT), i_h * K, i_hv * V + i_v * BV, i_hv * BT
 
 
 @gluon.jit
@@ -123,42 +196,15 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     start: v once it is in registers, q and T after U and q S, P after o, k a chunk earlier (its own
     extra slot). So even at one stage every tile is loaded about a chunk ahead of its use."""
     KS: gl.constexpr = STAGES + 1
-    NV: gl.constexpr = V // BV
-    pid = gl.program_id(0)
-    i_v = pid % NV
-    i_nh = pid // NV
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    i_h = i_hv // (HV // H)
-    if IS_VARLEN:
-        if LONGEST_FIRST:
-            # Longest sequences first: programs start in launch order, and a long walk started in the
-            # last wave would end the kernel alone.
-            i_n = gl.load(seq_order + i_n)
-            i_nh = i_n * HV + i_hv
-        row_base = gl.load(cu_seqlens + i_n).to(gl.int32)     # TMA's coordinates are 32-bit
-        T = gl.load(cu_seqlens + i_n + 1).to(gl.int32) - row_base      # this sequence's length from here on
-    else:
-        row_base = i_n * T
-    NT = gl.cdiv(T, BT)
-    col_qk = i_h * K
-    col_v = i_hv * V + i_v * BV
-    col_tp = i_hv * BT
+    i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
+        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
 
     # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                      instr_shape=[16, BV, 16])
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_l)
     cols_l: gl.constexpr = gl.SliceLayout(0, acc_l)
-    k_s = gl.allocate_shared_memory(d_k.dtype, [KS, BT, K], d_k.layout)
-    q_s = gl.allocate_shared_memory(d_q.dtype, [STAGES, BT, K], d_q.layout)
-    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)      # beside q, on qt_bars
-    v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
-    p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
-    k_bars = _barriers(KS)
-    qt_bars = _barriers(STAGES)
-    v_bars = _barriers(STAGES)
-    p_bars = _barriers(STAGES)
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     # The B operands formed here: the state's fp16 copy [K, BV], Z (then U in the same buffer: U = T Z
     # is waited for before U is stored) and e^{G_C - G} U [BT, BV].
     s_s = gl.allocate_shared_memory(gl.float16, [K, BV], gl.NVMMASharedLayout.get_default_for([K, BV], gl.float16))
@@ -166,16 +212,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     zu_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
     uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
 
-    o_k = gl.arange(0, K, layout=rows_l)
-    o_v = i_v * BV + gl.arange(0, BV, layout=cols_l)
-    o_t = gl.arange(0, BT, layout=rows_l)
-    i_state = i_nh.to(gl.int64) * K * V
-    b_S = gl.zeros([K, BV], gl.float32, acc_l)
-    b_sig = gl.full([], 1.0, gl.float32)            # walk_f16: the walk holds sigma S
-    if HAS_H0:
-        b_S = gl.load(h0 + i_state + o_k[:, None] * V + o_v[None, :])
-        b_sig = pow2_below_inverse(tile_max(b_S))
-        b_S = b_S * b_sig
+    o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
     if WAIT:
@@ -254,12 +291,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
         b_sig = b_sig_next
 
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(qt_bars.index(i))
-        mbarrier.invalidate(v_bars.index(i))
-        mbarrier.invalidate(p_bars.index(i))
-    for i in gl.static_range(KS):
-        mbarrier.invalidate(k_bars.index(i))
+    _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
     if STORE_FINAL:
         gl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S * (1.0 / b_sig))
 
@@ -278,13 +310,14 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1, scale_late=False):
+               cu_seqlens=None, seq_order=None, done=None, group=1, scale_late=False, ahead=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
-    scale_late: walk_gluon_kernel's SCALE_LATE.
+    scale_late: walk_gluon_kernel's SCALE_LATE; ahead: walk_gluon_ahead's kernel instead (k S a chunk
+    ahead; scale_late does not apply there, its scales come beside the products already).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -297,11 +330,19 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if done is not None and mask_rows:
         raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
-    walk_gluon_kernel[(V // BV * N * HV,)](
+    kw = dict(SCALE_LATE=scale_late)
+    kernel = walk_gluon_kernel
+    if ahead and scale_late:
+        raise ValueError("scale_late applies to walk_gluon_kernel only: the lookahead walk forms its scales "
+                         "beside its products already")
+    if ahead:
+        from .walk_gluon_ahead import walk_ahead_kernel
+        kernel, kw = walk_ahead_kernel, {}
+    kernel[(V // BV * N * HV,)](
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
         Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
         o if seq_order is None else seq_order, o if done is None else done, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
         IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
-        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group, SCALE_LATE=scale_late,
+        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group, **kw,
         num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -7,8 +7,9 @@ import torch
 
 import gdn
 from tests.ops.triton.launches import launch_flags
-from tests.reference import parallel_key_inputs, random_inputs, reference_gdn
-from tests.tolerances import assert_close, rel_err
+from tests.reference import MAGNITUDES, assert_any_magnitude, magnitude_inputs, parallel_key_inputs, random_inputs, \
+    reference_gdn
+from tests.tolerances import assert_close
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -54,19 +55,6 @@ def test_fp16_walk_inverse_by_substitution():
         triton_forward(q, k, v, g, beta, inverse="blocks_f16_subst", operands="bf16_parts", **call)
 
 
-# (values' scale, initial state's scale, what else): magnitudes far past fp16's range (65504 down to
-# 6e-5), jumps inside a sequence, a gate that forgets at a chunk's start, all zeros.
-MAGNITUDES = {
-    "v x 1e4": (1e4, 1.0, None), "v and S0 x 1e-8": (1e-8, 1e-8, None), "v and S0 x 1e-30": (1e-30, 1e-30, None),
-    "v and S0 x 1e30": (1e30, 1e30, None), "S0 x 1e6": (1.0, 1e6, None), "S0 x 1e-20, v x 1e20": (1e20, 1e-20, None),
-    "v x 1e-7, no S0": (1e-7, None, None), "v jumps x 3e4 mid-sequence": (1.0, 1.0, "jump"),
-    "v zero, then x 1e16": (1.0, None, "zeros then big"), "a gate forgets, then v x 1e-8": (1.0, None, "forget"),
-    "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, None), "zeros": (0.0, 0.0, None),
-    "a gate of -100 forgets S0 x 1e10, v x 1e-30": (1e-30, 1e10, "deep forget"),
-    "a gate forgets at a chunk's last token, then v x 1e-6": (1.0, None, "late forget"),
-}
-
-
 @pytest.mark.parametrize("case", list(MAGNITUDES))
 def test_fp16_walk_scales_any_magnitude(case):
     """Every fp16 operand is scaled per chunk by a power of two from its largest entry, so no
@@ -74,37 +62,11 @@ def test_fp16_walk_scales_any_magnitude(case):
     (the rows after the forgetting gate on their own too: their scale comes from the values; the
     state the delta rule erases with zero values: each chunk scales what is left of it)."""
     from gdn.ops.triton import triton_forward
-    q, k, v, g, beta, S0 = random_inputs(1, 256, 2, 2, 32, 32, dtype=torch.bfloat16, initial_state=True, seed=3,
-                                         device=DEVICE)
-    v_scale, s_scale, other = MAGNITUDES[case]
-    v = v.float() * v_scale
-    if other == "jump":
-        v[:, 128:] *= 3e4
-    elif other == "zeros then big":
-        v[:, :160] = 0
-        v[:, 160:] *= 1e16
-    elif other == "forget":                  # at token 64, a chunk's first: the old state is gone
-        g = g.clone()
-        g[:, 64] = -60.0
-        v[:, 64:] *= 1e-8
-    elif other == "deep forget":             # e^G below fp32's range: the scales' ratio must not be
-        g = g.clone()
-        g[:, 0] = -100.0
-    elif other == "late forget":             # the next chunk's scale comes from the writes, not the start
-        g = g.clone()
-        g[:, 63] = -60.0
-        v[:, 32:] *= 1e-6
-    v, S0 = v.to(torch.bfloat16), None if s_scale is None else S0 * s_scale
+    q, k, v, g, beta, S0 = magnitude_inputs(case, 32, DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
                           use_qk_l2norm=True, chunk_size=32, operands="fp16")
-    assert torch.isfinite(o).all() and torch.isfinite(S).all()
-    if case == "zeros":
-        assert not o.any() and not S.any()
-        return
-    assert rel_err(o, o_ref) < 1e-2 and rel_err(S, S_ref) < 1.5e-3, (rel_err(o, o_ref), rel_err(S, S_ref))
-    if other in ("forget", "late forget"):
-        assert rel_err(o[:, 64:], o_ref[:, 64:]) < 1e-2
+    assert_any_magnitude(case, o, S, o_ref, S_ref)
 
 
 def test_fp16_walk_where_it_does_not_apply(monkeypatch):
