@@ -4,7 +4,8 @@
 #   check: every gpu_check.py section; bench: `gdn bench` with the peers; all: both (the default);
 #   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
-#   TAG is set, so that a second run of a section keeps the first one's log) and printed.
+#   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
+#   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
@@ -15,6 +16,12 @@ case "$what" in
     check|bench|all) ;;
     *)
         for section in "$@"; do
+            if [[ "$section" == pytest ]]; then
+                # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
+                timeout "${SECTION_TIMEOUT:-400}" python3 -m pytest -q --tb=short -p no:cacheprovider \
+                    ${GDN_PYTEST:-tests/ops/triton} 2>&1 | tee "$OUT/pytest${TAG:+-$TAG}.log"
+                continue
+            fi
             timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"
         done
         exit 0 ;;
