@@ -186,6 +186,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
+    if walk not in (None, "triton", "gluon", "gluon_ahead"):
+        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_ahead', got {walk!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -368,8 +370,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         else:
             attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             attn, attn2 = attn_parts[0], attn_parts[1]
-    if walk not in (None, "triton", "gluon", "gluon_ahead"):
-        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_ahead', got {walk!r}")
     ahead = walk == "gluon_ahead"
     if ahead:
         walk = "gluon"
