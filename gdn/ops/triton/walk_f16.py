@@ -81,6 +81,21 @@ def pow2_of(d):
 
 
 @triton.jit
+def z_scale(b_v, b_mS, b_G0):
+    """tau, the power of two that scales Z = v - e^G k S and U (module docstring): from max |v| and the
+    state's largest entry b_mS (or a bound on it) times e^{G_0} (e^G <= e^{G_0} with g <= 0)."""
+    return pow2_below_inverse(tl.maximum(tile_max(b_v), b_mS * tl.exp(b_G0)))
+
+
+@triton.jit
+def state_bound(b_G_last, b_mS, b_Uc, b_tau):
+    """The next state's size from its two parts, the decayed state e^{G_C} max |S| and 4 max |U| (each
+    entry of k_n^T U is at most BT |U|, so the next sigma S stays below 1 + BT / 4); b_Uc is
+    e^{G_C - G} U at scale tau. pow2_below_inverse of it is the next sigma."""
+    return tl.maximum(tl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau))
+
+
+@triton.jit
 def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT_DTYPE: tl.constexpr,
@@ -102,7 +117,7 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_mS = tile_max(b_S) * (1.0 / b_sig)
     # e^G <= e^{G_0} (g <= 0): the chunk's first row, a scalar load, not a reduction.
     b_G0 = tl.load(Gc + row0 * HV + i_hv, mask=T_seq > c * BT, other=0.0)
-    b_tau = pow2_below_inverse(tl.maximum(tile_max(b_v), b_mS * tl.exp(b_G0)))
+    b_tau = z_scale(b_v, b_mS, b_G0)
     # e^G tau / sigma as one exponent: the ratio alone overflows fp32 where a gate forgets (G < -88)
     # a state far larger than the values.
     b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
@@ -116,12 +131,10 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_o = tl.dot(b_qn, b_s) * (scale * b_eG)[:, None]
     b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / b_tau)         # powers of two: exact
     store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
-    # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma: from the
-    # new state's two parts, the decayed state and 4 max |U| (each entry of k_n^T U is at most BT
-    # |U|, so the new S^ stays below 1 + BT / 4), so that the larger lands in [1/2, 1). The writes'
-    # maximum is a reduction beside the product.
-    b_gamma = tl.exp(b_G_last)
+    # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma, so that
+    # the larger of the new state's two parts lands in [1/2, 1) (state_bound). The writes' maximum is
+    # a reduction beside the product.
     b_Uc = b_U * tl.exp(b_G_last - b_G)[:, None]
-    b_sig_next = pow2_below_inverse(tl.maximum(b_gamma * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+    b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
     b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * tl.exp2(b_G_last * _LOG2E + b_ld))
     return b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)), b_sig_next

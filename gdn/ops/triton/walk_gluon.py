@@ -35,7 +35,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .chunk_fwd import wait_group
 from .split_dot import tile_max
-from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .wy import counting_head
 
 _LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
@@ -254,7 +254,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_v = v_s.index(st).load(acc_l).to(gl.float32)
         if MASK_ROWS:
             b_v = gl.where(m_t[:, None], b_v, 0.0)
-        b_tau = pow2_below_inverse(gl.maximum(tile_max(b_v), b_mS * gl.exp(b_G0)))
+        b_tau = z_scale(b_v, b_mS, b_G0)
         b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
         b_eG = gl.exp2(b_G * _LOG2E + b_ld)
         b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))          # q S may still run
@@ -270,7 +270,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
             b_U = gl.where(m_t[:, None], b_U, 0.0)
         b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
         if not SCALE_LATE:
-            b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+            b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
         zu_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))
         fence_async_shared()
@@ -283,7 +283,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         if SCALE_LATE:
             # Only the rescale after S's update needs the next scale: its max reduction (a thread
             # barrier) then runs beside the two products instead of before them, on the chain.
-            b_sig_next = pow2_below_inverse(gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau)))
+            b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
         b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
         _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
@@ -330,11 +330,10 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if done is not None and mask_rows:
         raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
-    kw = dict(SCALE_LATE=scale_late)
-    kernel = walk_gluon_kernel
     if ahead and scale_late:
         raise ValueError("scale_late applies to walk_gluon_kernel only: the lookahead walk forms its scales "
                          "beside its products already")
+    kernel, kw = walk_gluon_kernel, dict(SCALE_LATE=scale_late)
     if ahead:
         from .walk_gluon_ahead import walk_ahead_kernel
         kernel, kw = walk_ahead_kernel, {}

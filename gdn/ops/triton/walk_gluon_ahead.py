@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .chunk_fwd import wait_group
 from .split_dot import tile_max
-from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .walk_gluon import _LOG2E, _chunk_decays, _invalidate, _issue, _rings, _wait, initial_state, program_rows
 from .wy import counting_head
 
@@ -129,7 +129,7 @@ def walk_ahead_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_v = v_s.index(st).load(acc_l).to(gl.float32)
         if MASK_ROWS:
             b_v = gl.where(m_t[:, None], b_v, 0.0)
-        b_tau = pow2_below_inverse(gl.maximum(tile_max(b_v), b_bound * gl.exp(b_G0)))
+        b_tau = z_scale(b_v, b_bound, b_G0)
         b_Z = b_v * b_tau - b_kS * gl.exp2(b_G * _LOG2E + (log2_pow2(b_tau) - log2_pow2(b_kap)))[:, None]
         z_s.store(b_Z.to(gl.float16))
         fence_async_shared()
@@ -176,7 +176,7 @@ def walk_ahead_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         # Beside it: the next iteration's accumulators and scales.
         b_acc_o = b_qS * (scale * gl.exp2(b_G * _LOG2E + (log2_pow2(b_tau) - log2_pow2(b_sig))))[:, None]
         b_acc_S = b_S * b_step
-        b_bound = gl.maximum(gl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau))
+        b_bound = state_bound(b_G_last, b_mS, b_Uc, b_tau)
         b_kS = warpgroup_mma_wait(num_outstanding=0, deps=(b_kS,))
         b_sig = pow2_below_inverse(b_bound)
         b_kap = b_tau
