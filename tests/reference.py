@@ -94,7 +94,7 @@ MAGNITUDES = {
     "v and S0 x 1e30": (1e30, 1e30, None), "S0 x 1e6": (1.0, 1e6, None), "S0 x 1e-20, v x 1e20": (1e20, 1e-20, None),
     "v x 1e-7, no S0": (1e-7, None, None), "v jumps x 3e4 mid-sequence": (1.0, 1.0, "jump"),
     "v zero, then x 1e16": (1.0, None, "zeros then big"), "a gate forgets, then v x 1e-8": (1.0, None, "forget"),
-    "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, None), "zeros": (0.0, 0.0, None),
+    "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, "erase"), "zeros": (0.0, 0.0, None),
     "a gate of -100 forgets S0 x 1e10, v x 1e-30": (1e-30, 1e10, "deep forget"),
     "a gate forgets at a chunk's last token, then v x 1e-6": (1.0, None, "late forget"),
 }
@@ -127,14 +127,35 @@ def magnitude_inputs(case: str, dim: int, device="cpu"):
     return q, k, v.to(torch.bfloat16), g, beta, None if s_scale is None else S0 * s_scale
 
 
-def assert_any_magnitude(case: str, o, S, o_ref, S_ref) -> None:
-    """What a walk scaled by powers of two must give on magnitude_inputs(case): finite, and as exact
-    as at unit scale (o 1e-2, S 1.5e-3; the rows after a forgetting gate on their own too); zeros
-    for zeros."""
+def magnitude_reference(inputs, chunk: int):
+    """The float64 reference on magnitude_inputs' (q, k, v, g, beta, S0): o [B, T, HV, V], the final
+    state and the state at the last chunk's start (chunk: the walk's chunk size), each [1, HV, K, V]."""
+    q, k, v, g, beta, S0 = inputs
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    n = (q.shape[1] - 1) // chunk * chunk
+    _, S_last_start = reference_gdn(q[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n], initial_state=S0,
+                                    use_qk_l2norm=True)
+    return o_ref, S_ref, S_last_start
+
+
+def assert_any_magnitude(case: str, o, S, reference) -> None:
+    """What a walk scaled by powers of two must give on magnitude_inputs(case), against
+    magnitude_reference's (o_ref, S_ref, S_last_start): finite, and as exact as at unit scale (o 1e-2,
+    S 1.5e-3; the rows after a forgetting gate on their own too); zeros for zeros. Where the delta
+    rule erases the state ("erase": v = 0 on keys that span the state's rows, beta near 1) the state
+    is the difference of two near-equal terms rounded to 16 bits: its error is bounded by 1.5e-3 of
+    the state the last chunk started from, not of what is left (walk_f16's docstring: at 64 dims and
+    chunks of 64 a chunk erases ~1e6 of the state, and S comes out ~0.1 off relative to itself)."""
+    o_ref, S_ref, S_last_start = reference
     assert torch.isfinite(o).all() and torch.isfinite(S).all()
     if case == "zeros":
         assert not o.any() and not S.any()
         return
-    assert rel_err(o, o_ref) < 1e-2 and rel_err(S, S_ref) < 1.5e-3, (rel_err(o, o_ref), rel_err(S, S_ref))
+    assert rel_err(o, o_ref) < 1e-2, rel_err(o, o_ref)
+    if MAGNITUDES[case][2] == "erase":
+        err = ((S.double().cpu() - S_ref.double().cpu()).abs().max() / S_last_start.double().abs().max().cpu()).item()
+        assert err < 1.5e-3, err
+    else:
+        assert rel_err(S, S_ref) < 1.5e-3, rel_err(S, S_ref)
     if MAGNITUDES[case][2] in ("forget", "late forget"):
         assert rel_err(o[:, 64:], o_ref[:, 64:]) < 1e-2

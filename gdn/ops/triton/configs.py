@@ -102,25 +102,20 @@ CONFIGS = {
     "wy f16 merge": dict(inverse="blocks_f16_subst"),   # v18's: diagonal blocks from fp16 pairs, the merge on fp16
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk
     # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): the default at the wide
-    # shapes (v17; packed ones v19; "triton walk" is v16's there); at B = 1 on a GPU it runs beside the
-    # WY pass (flags: 3-4% faster from 16k tokens on in v19, not yet the default; "gluon walk&pieces 1"
-    # after it, as v17 and v18 measured it)
+    # shapes (v17; packed ones v19) and at B = 1 beside the WY pass from 256 chunks on (flags: 3-4%
+    # faster there, v19-v20); "triton walk" is v16's at the wide shapes and v19's at B = 1;
+    # "gluon walk&pieces 1" after the WY pass, as v17 and v18 measured it at B = 1
     "gluon walk": dict(walk="gluon"),
     # at B = 1 beside the WY pass, waiting on its counts (flags; pieces > 1 turns them on, as the GPU's
     # own choice does: this also makes compile_report record that launch)
     "gluon walk beside": dict(walk="gluon", pieces=8),
     "gluon walk st2": dict(walk="gluon", walk_stages=2),
-    # v20 candidate: the next state's scale (a max reduction) beside the output's and state's products;
-    # for B = 1 (32 columns: 181 registers, no spills; at the wide walk's 64 it spills 144 B)
-    "gluon scale late": dict(walk="gluon", gluon_scale_late=True),
-    # v20 candidate: k S a chunk ahead, two products on the chain (walk_gluon_ahead; B = 1: 32 columns,
-    # two stages)
-    "gluon ahead": dict(walk="gluon_ahead"),
-    # v20 candidate at B = 1: two WY programs beside each walk program instead of one (the WY pass
-    # beside the walk takes about as long as the walk there, NOTES.md v19): the Gluon walk at two
-    # stages (168 registers, 139 KB) and one-head WY programs at 168 registers (33 KB, 164 B spills):
-    # 3 x 21.5 K registers and 205 KB an SM
-    "gluon beside 2 wy": dict(walk="gluon", pieces=8, walk_stages=2, wy_heads=1, wy_maxnreg=168),
+    # v21 candidate: the warp-specialised Gluon walk (walk_gluon_ws: state, chain and outputs on three
+    # warpgroups, all V columns a program), for the wide shapes; correct, 2% slower than the default
+    "gluon ws": dict(walk="gluon_ws"),
+    # ... with tau from the chain's bound on the state (no max reduction of the state on the chain):
+    # as fast as the default at B8 x T4k and B32 x T2k (NOTES.md v21)
+    "gluon ws bound": dict(walk="gluon_ws", ws_bound_tau=True),
     "triton walk": dict(walk="triton"),
 }
 

@@ -95,7 +95,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, gluon_scale_late=False, out=None):
+                   operands=None, walk=None, ws_bound_tau=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -158,13 +158,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``overlap="flags"`` applies: few sequences x heads; overlap="pieces" is refused), chunk_size 64,
     K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default), at K = 128: "gluon" where the defaults
     take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice), dense or packed,
-    whole chunks or not, 22-23% faster there on an H200 (v18; packed 17%, v19); "triton" elsewhere
-    (B = 1 beside the WY pass: Gluon's was 3-4% faster there from 16k tokens on, and correct at 32k,
-    but not yet checked at 2^20 tokens, v19; the interpreter). ``gluon_scale_late`` (Gluon's walk;
-    a candidate, not yet run on a GPU): walk_gluon_kernel's SCALE_LATE. ``walk="gluon_ahead"`` (a
-    candidate, compiled for sm_90a only): gdn.ops.triton.walk_gluon_ahead, the next chunk's k S formed
-    a chunk ahead (two products on the chain instead of three); as "gluon", with two stages or more
-    (default 2).
+    whole chunks or not, 22-23% faster there on an H200 (v18; packed 17%, v19), and where it runs
+    beside the WY pass (flags: few sequences x heads, 32 columns, three stages) from 256 chunks a
+    sequence on, 3-4% faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter
+    sequences at B = 1, where the Gluon launch's host time showed; the interpreter).
+    ``walk="gluon_ws"`` (a candidate: correct on an H200, as fast as the default at the wide shapes,
+    v21): gdn.ops.triton.walk_gluon_ws, three warpgroups a program (state, chain, outputs) over all V
+    columns; as "gluon" without the flags, K and V of 64 or 128; ``ws_bound_tau`` its BOUND_TAU
+    (4% faster than without).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -186,8 +187,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
-    if walk not in (None, "triton", "gluon", "gluon_ahead"):
-        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_ahead', got {walk!r}")
+    if walk not in (None, "triton", "gluon", "gluon_ws"):
+        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_ws', got {walk!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -370,31 +371,24 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         else:
             attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             attn, attn2 = attn_parts[0], attn_parts[1]
-    ahead = walk == "gluon_ahead"
-    if ahead:
-        walk = "gluon"
-        if not stages_given:
-            walk_stages = 2            # P's ring a chunk behind needs two; 157 KB at 32 columns, 185 KB at 64
     # The flags need a WY program to fit beside every walk program (4 warps each, a walk of <= 32
     # columns in <= 3 stages: the fp16 walk's three take 173 + 33 KB of shared memory, run on an H200
-    # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB; the lookahead walk's
-    # extra k slot and buffer only at <= 2 stages: 157 + 33 KB): otherwise walks of concurrent calls
+    # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB): otherwise walks of concurrent calls
     # could fill every SM and leave no room for the WY passes they wait for.
-    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= (2 if ahead else 3)
+    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
-    # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k (+ 2 ahead);
-    # the state and two [BT, BV] operands (three ahead); a margin for the barriers.
-    gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1 + ahead) * 2 * BT * K \
-        + 2 * K * BV + (4 + 2 * ahead) * BT * BV + 1024
+    # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k; the state and
+    # two [BT, BV] operands; a margin for the barriers.
+    gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
+        + 2 * K * BV + 4 * BT * BV + 1024
     # Beside the WY pass (flags) only where a sequence's chunks read no rows of another (the next
     # sequence's rows are read before its WY programs are waited for: MASK_ROWS zeroes v and U there,
     # but k's rows enter k S and the state's update, so they must be written), and where a WY program
     # fits beside the walk (K = 256: 229 KB of walk alone).
     gluon_flags = flags and (B == 1 or T % BT == 0) and K <= 128
     gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or gluon_flags) and K in (64, 128, 256) and BT == 64
-                  and (walk_stages >= 2 or not ahead)
                   and V % BV == 0 and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
 
     def gluon_ready():
@@ -408,26 +402,35 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # columns, one stage, K = 128): asynchronous products and a ring for each kind of tile, 22-23%
         # off B8 x T4k and B32 x T2k on an H200 (benchmarks/NOTES.md v17-v18), 17% off packed
         # sequences (varlen 32k in 16, v19: rows of the next sequence masked, MASK_ROWS). Beside the WY
-        # pass (B = 1: flags) it was 3-4% faster from 256 chunks a sequence on and correct at 32k tokens
-        # (v19), but T = 2^20 has not run there yet: asked for only (walk="gluon").
-        walk = "gluon" if (wide_default and gluon_fits and BV == 64 and walk_stages == 1 and K == 128
-                           and gluon_ready()) else "triton"
+        # pass (B = 1: flags, 32 columns, three stages) 3-4% faster from 256 chunks a sequence on, and
+        # correct at T = 2^20 (v19-v20); shorter ones keep the Triton walk (at B1 x T8k the Gluon
+        # launch's host time, ~0.1 ms more, set the pace).
+        wide_gluon = wide_default and BV == 64 and walk_stages == 1
+        beside_gluon = gluon_flags and (pieces is None or pieces > 1) and BV == 32 and walk_stages == 3 and NT >= 256
+        walk = "gluon" if ((wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready()) else "triton"
     if walk == "gluon":
         if not gluon_fits:
-            raise ValueError(f"walk={'gluon_ahead' if ahead else 'gluon'!r} needs the fp16 walk (operands='fp16' "
-                             "applies), one segment, one "
+            raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), one segment, one "
                              "piece (or overlap='flags'), chunk_size 64, K in "
                              f"(64, 128, 256), V a multiple of block_v ({BV}), 4 warps, v 16-byte aligned and "
-                             f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages}"
-                             f"{'; walk_stages >= 2' if ahead else ''})")
+                             f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages})")
         if not gluon_ready():
             raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
         if not gluon_flags:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
-    if gluon_scale_late and (walk != "gluon" or ahead):
-        raise ValueError("gluon_scale_late=True applies to the Gluon walk only (walk='gluon', or the defaults' "
-                         "choice of it); this call takes the Triton walk or walk='gluon_ahead'")
+    if walk == "gluon_ws":
+        from .walk_gluon_ws import ws_smem_bytes
+        ws_smem = ws_smem_bytes(K, V, BT)
+        if not (f16 and P == 1 and (pieces or 1) == 1 and BT == 64 and K in (64, 128) and V in (64, 128)
+                and ws_smem <= 227 * 1024 and _tma_ready(v)):
+            raise ValueError("walk='gluon_ws' needs the fp16 walk (operands='fp16' applies), one segment, one "
+                             f"piece, chunk_size 64, K and V of 64 or 128, v 16-byte aligned and its shared "
+                             f"memory within 227 KiB ({ws_smem} B)")
+        if not gluon_ready():
+            raise ValueError("walk='gluon_ws' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
+                             "kernels have no interpreter")
+        pieces = 1
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
@@ -499,7 +502,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages,
                        walk_warps or num_warps, walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and longest_first else None, done,
-                       flag_group if done is not None else 1, gluon_scale_late, ahead)
+                       flag_group if done is not None else 1)
+            return
+        if walk == "gluon_ws":         # all chunks from h0 in one launch, all V columns a program
+            from .walk_gluon_ws import walk_gluon_ws
+            walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
+                          seq_order=seq_order if cu_seqlens is not None and longest_first else None,
+                          bound_tau=ws_bound_tau)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

@@ -1,9 +1,9 @@
 """The fp16 state walk (gdn.ops.triton.walk_f16's chunk) in Gluon, with asynchronous matrix products.
 
-The default at the wide shapes, dense or packed (``walk=None`` in gdn.ops.triton.forward;
-``walk="gluon"`` asks for it; benchmarks/NOTES.md v17-v19: 22-23% faster there than the Triton walk
-on an H200, 17% on packed sequences). At B = 1 beside the WY pass (WAIT) 3-4% faster than the Triton
-walk from 16k tokens on (v19), after it (one piece) 8% slower.
+The default at the wide shapes, dense or packed, and at B = 1 from 256 chunks on, beside the WY
+pass (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for it; benchmarks/NOTES.md
+v17-v20: 22-23% faster there than the Triton walk on an H200, 17% on packed sequences, 3-4% at B = 1
+from 16k tokens on, waiting on the WY pass's counts: WAIT; after it, in one piece, 8% slower).
 Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
 series. Gluon issues warpgroup MMAs asynchronously and waits for a given number of them, so here
 only three products sit on the chain that carries the state, and the outputs' two ride beside it:
@@ -136,6 +136,21 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
 
 
 @gluon.jit
+def values_and_scales(v_s, v_bars, c, STAGES: gl.constexpr, acc_l: gl.constexpr, MASK_ROWS: gl.constexpr, m_t,
+                      b_mS, b_G, b_G0, b_sig):
+    """Chunk c's values from their ring (v_s, v_bars; rows past the end zeroed with MASK_ROWS) in fp32
+    [BT, BV] of layout acc_l, and the chunk's scales (walk_f16): tau, log2(tau / sigma) and
+    e^G tau / sigma [BT], from the state's largest entry b_mS and the decays b_G, b_G0."""
+    _wait(v_bars, c, STAGES)
+    b_v = v_s.index(c % STAGES).load(acc_l).to(gl.float32)
+    if MASK_ROWS:
+        b_v = gl.where(m_t[:, None], b_v, 0.0)
+    b_tau = z_scale(b_v, b_mS, b_G0)
+    b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
+    return b_v, b_tau, b_ld, gl.exp2(b_G * _LOG2E + b_ld)
+
+
+@gluon.jit
 def program_rows(cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                  BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr):
     """This program's (sequence, value head, BV columns) from its id (grid V / BV x N x HV): i_v, i_n,
@@ -168,7 +183,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                      GROUP: gl.constexpr, SCALE_LATE: gl.constexpr, num_warps: gl.constexpr):
+                      GROUP: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
@@ -187,9 +202,6 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     WAIT (dense, beside the WY pass: the launcher's overlap="flags"): before the first load of a
     group of GROUP chunks, spin until the WY pass has counted them all done (done [B, groups, HV],
     counted at each q/k head's first value head: wy_kernel's SIGNAL), as chunk_fwd's walk does.
-
-    SCALE_LATE (a candidate, not yet run on a GPU): the next state's power-of-two scale (a max over
-    e^{G_C - G} U) is formed after the output's and the state's products are issued, not before.
 
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
@@ -250,13 +262,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
         # Beside the products: tau (Z's scale) from max |v| and the state's largest entry.
         b_mS = tile_max(b_S) * (1.0 / b_sig)
-        _wait(v_bars, c, STAGES)
-        b_v = v_s.index(st).load(acc_l).to(gl.float32)
-        if MASK_ROWS:
-            b_v = gl.where(m_t[:, None], b_v, 0.0)
-        b_tau = z_scale(b_v, b_mS, b_G0)
-        b_ld = log2_pow2(b_tau) - log2_pow2(b_sig)
-        b_eG = gl.exp2(b_G * _LOG2E + b_ld)
+        b_v, b_tau, b_ld, b_eG = values_and_scales(v_s, v_bars, c, STAGES, acc_l, MASK_ROWS, m_t, b_mS, b_G, b_G0,
+                                                   b_sig)
         b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))          # q S may still run
         b_Z = b_v * b_tau - b_kS * b_eG[:, None]
         zu_s.store(b_Z.to(gl.float16))
@@ -269,8 +276,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
         b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
-        if not SCALE_LATE:
-            b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
+        b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
         zu_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))
         fence_async_shared()
@@ -280,10 +286,6 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         _wait(p_bars, c, STAGES)
         b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
         b_Sn = warpgroup_mma(k_s.index(sk).permute((1, 0)), uc_s, b_acc_S, is_async=True)
-        if SCALE_LATE:
-            # Only the rescale after S's update needs the next scale: its max reduction (a thread
-            # barrier) then runs beside the two products instead of before them, on the chain.
-            b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
         b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
         _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
@@ -310,14 +312,12 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1, scale_late=False, ahead=False):
+               cu_seqlens=None, seq_order=None, done=None, group=1):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
-    The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap);
-    scale_late: walk_gluon_kernel's SCALE_LATE; ahead: walk_gluon_ahead's kernel instead (k S a chunk
-    ahead; scale_late does not apply there, its scales come beside the products already).
+    The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -330,18 +330,11 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if done is not None and mask_rows:
         raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
-    if ahead and scale_late:
-        raise ValueError("scale_late applies to walk_gluon_kernel only: the lookahead walk forms its scales "
-                         "beside its products already")
-    kernel, kw = walk_gluon_kernel, dict(SCALE_LATE=scale_late)
-    if ahead:
-        from .walk_gluon_ahead import walk_ahead_kernel
-        kernel, kw = walk_ahead_kernel, {}
-    kernel[(V // BV * N * HV,)](
+    walk_gluon_kernel[(V // BV * N * HV,)](
         _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
         Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
         o if seq_order is None else seq_order, o if done is None else done, scale, T,
         H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
         IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
-        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group, **kw,
+        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group,
         num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

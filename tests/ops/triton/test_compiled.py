@@ -19,7 +19,7 @@ REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py
     ("1,2,48,32", ["--num-segments", "2"]),             # K = 48: BK = 64, 32 columns at a time
     ("1,2,16,16", ["--variants", "bf16 parts&v4"]),     # w and u in one segment (factors "wu")
     ("1,2,32,32", ["--variants", "default"]),           # the fp16 walk
-    ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon scale late,gluon ahead"]),   # Gluon walks
+    ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon ws"]),   # the Gluon walks
     ("1,2,64,64", ["--variants", "gluon walk", "--packed", "2"]),     # packed sequences (MASK_ROWS)
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):

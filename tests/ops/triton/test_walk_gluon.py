@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.ops.triton.launches import spy_launches
-from tests.reference import random_inputs, reference_gdn
+from tests.reference import MAGNITUDES, assert_any_magnitude, magnitude_inputs, magnitude_reference, random_inputs, \
+    reference_gdn
 from tests.tolerances import assert_fp16_walk_close
 
 pytest.importorskip("triton")
@@ -65,12 +66,11 @@ def test_gluon_walk_rows_of_the_next_sequence(case):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("T, scale_late", [(4096, False), (8195, False), (8195, True)])
-def test_gluon_walk_beside_the_wy_pass(T, scale_late, monkeypatch):
+@pytest.mark.parametrize("T", [4096, 8195])
+def test_gluon_walk_beside_the_wy_pass(T, monkeypatch):
     """At B = 1 with few heads, walk="gluon" runs beside the WY pass and waits on its counts (WAIT,
-    overlap="flags"; T = 8195 ends in a partial chunk), also with the next state's scale formed late
-    (SCALE_LATE): the same results as the Triton walk, which does the same, and as the reference; no
-    output row left unwritten (NaN-poisoned)."""
+    overlap="flags"; T = 8195 ends in a partial chunk): the same results as the Triton walk, which does
+    the same, and as the reference; no output row left unwritten (NaN-poisoned)."""
     import gdn.ops.triton.walk_gluon as walk_gluon
     from gdn.ops.triton import triton_forward
     waits = []
@@ -80,18 +80,30 @@ def test_gluon_walk_beside_the_wy_pass(T, scale_late, monkeypatch):
     # One segment: at so few heads the bf16 defaults would split the sequence instead (no fp16 walk).
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, num_segments=1)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
-    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")),
-                          gluon_scale_late=scale_late, **call)
+    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert waits == [True]
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("case", list(MAGNITUDES))
+def test_gluon_walk_scales_any_magnitude(case):
+    """tests.reference's magnitudes far outside fp16's range (test_walk_f16 runs them on the Triton
+    walk): finite and as exact as at unit scale (a state erased within a chunk: relative to the state
+    the chunk started from, assert_any_magnitude)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = inputs = magnitude_inputs(case, 64, "cuda")
+    reference = magnitude_reference(inputs, 64)
+    o, S = triton_forward(q, k, v, g, beta, scale=64 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, walk="gluon", num_segments=1, out=torch.full_like(v, float("nan")))
+    assert_any_magnitude(case, o, S, reference)
+
+
 def test_gluon_walk_refusals(monkeypatch):
     """Outside what the kernel does, a ValueError that says what it needs: K outside 64/128/256, the
     bf16-parts walk, pieces, chunks other than 64 rows, other than 4 warps, more shared memory than an
-    SM has; and no interpreter; gluon_scale_late on the Triton walk. Meta tensors: the refusals come
-    before any launch."""
+    SM has; and no interpreter. Meta tensors: the refusals come before any launch."""
     import gdn.ops.triton.forward as forward
 
     def call(B=1, T=128, K=64, device="meta", **kw):
@@ -101,10 +113,8 @@ def test_gluon_walk_refusals(monkeypatch):
         return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk="gluon", **kw)
     q = torch.empty(1, 64, 1, 64, dtype=torch.bfloat16, device="meta")
     g = torch.zeros(1, 64, 1, device="meta")
-    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_ahead'"):
+    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_ws'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
-    with pytest.raises(ValueError, match="gluon_scale_late=True applies to the Gluon walk only"):
-        forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="triton", gluon_scale_late=True)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
@@ -117,10 +127,12 @@ def test_gluon_walk_refusals(monkeypatch):
 
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
-    """walk=None takes the Gluon walk where the defaults choose the wide walk (64 columns, one stage:
-    batches x heads fill the SMs twice) at K = 128 on a GPU, dense or packed, whole chunks or not (rows
-    of the next sequence masked); the Triton walk elsewhere: B = 1 (beside the WY pass; Gluon's there
-    when asked for, waiting on its counts), block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as on an sm_90 GPU with 132 SMs)."""
+    """walk=None takes the Gluon walk at K = 128 on a GPU where the defaults choose the wide walk (64
+    columns, one stage: batches x heads fill the SMs twice), dense or packed, whole chunks or not (rows
+    of the next sequence masked), and at B = 1 from 256 chunks on, beside the WY pass (waiting on its
+    counts); the Triton walk elsewhere: shorter sequences at B = 1, one piece or CUDA graphs' pieces
+    there, block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as
+    on an sm_90 GPU with 132 SMs)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.walk_gluon as walk_gluon
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
@@ -147,8 +159,10 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(32, 256) == [("gluon", (2 * 32 * 32,))]
     assert walk(8, 4096, K=64) == ["triton"]                        # only the measured K = 128 by default
     assert walk(8, 4096, K=64, walk="gluon") == [("gluon", (2 * 8 * 32,))]
-    assert walk(1, 8192) == ["triton"]                              # B = 1: narrow, beside the WY pass
-    assert walk(1, 16384) == ["triton"]
+    assert walk(1, 8192) == ["triton"]                              # B = 1 below 256 chunks
+    assert walk(1, 16320) == ["triton"]                             # 255 chunks
+    assert walk(1, 16384, pieces=1) == ["triton"]                   # the WY pass first: Gluon's 8% slower
+    assert walk(1, 16384, walk_stages=2) == ["triton"]              # not the measured shape
     assert walk(8, 4096, block_v=64) == ["triton"]                  # the shape asked for
     assert walk(8, 4096, walk="triton") == ["triton"]
     assert walk(8, 4096, chunk_size=32) == ["triton"]                # the kernel's tiles are 64 rows
@@ -160,11 +174,13 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(8, 4000) == [("gluon", (2 * 8 * 32,))]            # a partial chunk at B > 1
     assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]
     signals.clear()
-    assert walk(1, 16384, walk="gluon") == [("gluon", (4 * 32,))]   # beside the WY pass: its counts
+    assert walk(1, 16384) == [("gluon", (4 * 32,))]                 # beside the WY pass: its counts
+    assert walk(1, 65536) == [("gluon", (4 * 32,))]
     assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]
     assert flags == [(True, True, True, False), (True, False, True, False), (False, False, True, False),
-                     (False, False, False, False), (False, False, False, True), (False, False, False, True)]
-    assert signals == [True, True]
+                     (False, False, False, False), (False, False, False, True), (False, False, False, True),
+                     (False, False, False, True)]
+    assert signals == [True, True, True]
     with pytest.raises(ValueError, match="walk='gluon' needs"):
         walk(1, 8192, walk="gluon", pieces=4, overlap="pieces")     # the pieces overlap: not Gluon's
     # Not beside the WY pass where a chunk reads the next sequence's rows, nor at K = 256 (no room):
