@@ -116,6 +116,8 @@ CONFIGS = {
     # ... with tau from the chain's bound on the state (no max reduction of the state on the chain):
     # as fast as the default at B8 x T4k and B32 x T2k (NOTES.md v21)
     "gluon ws bound": dict(walk="gluon_ws", ws_bound_tau=True),
+    # v21 candidate: the same with two chains a program (walk_gluon_ws2: the columns in two halves)
+    "gluon ws2": dict(walk="gluon_ws2"),
     "triton walk": dict(walk="triton"),
 }
 

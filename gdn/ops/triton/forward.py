@@ -165,7 +165,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``walk="gluon_ws"`` (a candidate: correct on an H200, as fast as the default at the wide shapes,
     v21): gdn.ops.triton.walk_gluon_ws, three warpgroups a program (state, chain, outputs) over all V
     columns; as "gluon" without the flags, K and V of 64 or 128; ``ws_bound_tau`` its BOUND_TAU
-    (4% faster than without).
+    (4% faster than without). ``walk="gluon_ws2"`` (a candidate, compiled for sm_90a only):
+    gdn.ops.triton.walk_gluon_ws2, the same with the state's columns in two halves, two chains a
+    program (V = 128).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -187,8 +189,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
-    if walk not in (None, "triton", "gluon", "gluon_ws"):
-        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_ws', got {walk!r}")
+    if walk not in (None, "triton", "gluon", "gluon_ws", "gluon_ws2"):
+        raise ValueError(f"walk must be None, 'triton', 'gluon', 'gluon_ws' or 'gluon_ws2', got {walk!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -419,18 +421,21 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                              "kernels have no interpreter")
         if not gluon_flags:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
-    if walk == "gluon_ws":
+    if walk in ("gluon_ws", "gluon_ws2"):
         from .walk_gluon_ws import ws_smem_bytes
         ws_smem = ws_smem_bytes(K, V, BT)
-        if not (f16 and P == 1 and (pieces or 1) == 1 and BT == 64 and K in (64, 128) and V in (64, 128)
+        values = (128,) if walk == "gluon_ws2" else (64, 128)
+        if not (f16 and P == 1 and (pieces or 1) == 1 and BT == 64 and K in (64, 128) and V in values
                 and ws_smem <= 227 * 1024 and _tma_ready(v)):
-            raise ValueError("walk='gluon_ws' needs the fp16 walk (operands='fp16' applies), one segment, one "
-                             f"piece, chunk_size 64, K and V of 64 or 128, v 16-byte aligned and its shared "
-                             f"memory within 227 KiB ({ws_smem} B)")
+            raise ValueError(f"walk={walk!r} needs the fp16 walk (operands='fp16' applies), one segment, one "
+                             f"piece, chunk_size 64, K of 64 or 128, V in {values}, v 16-byte aligned and its "
+                             f"shared memory within 227 KiB ({ws_smem} B)")
         if not gluon_ready():
-            raise ValueError("walk='gluon_ws' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
+            raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
         pieces = 1
+    if ws_bound_tau and walk != "gluon_ws":
+        raise ValueError(f"ws_bound_tau=True applies to walk='gluon_ws' only, got walk={walk!r}")
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
@@ -509,6 +514,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
                           seq_order=seq_order if cu_seqlens is not None and longest_first else None,
                           bound_tau=ws_bound_tau)
+            return
+        if walk == "gluon_ws2":        # as gluon_ws, the columns in two halves (two chains a program)
+            from .walk_gluon_ws2 import walk_gluon_ws2
+            walk_gluon_ws2(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
+                           seq_order=seq_order if cu_seqlens is not None and longest_first else None)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

@@ -58,44 +58,151 @@ def _arrive(bar):
     mbarrier.arrive(bar, count=1)
 
 
+# One set of hand-offs for each of a program's column blocks h ("halves": walk_gluon_ws2 has two, this
+# module's kernel one): s_s, z_s, u_s, uc_s [halves, ...]; the vectors' rows 2h, 2h + 1 of sv_s and
+# ov_s, 3h .. 3h + 2 of cv_s; the barriers' entry h.
+
+@gluon.jit
+def _publish(b_S, h, s_s, sv_s, s_ready, BT: gl.constexpr, vec_l: gl.constexpr, WITH_MAX: gl.constexpr):
+    """Block h's fp16 copy of S^ for the chain and the output (WITH_MAX: and the state's max), then its
+    s_ready. The caller waited for its s_free."""
+    s_s.index(h).store(b_S.to(gl.float16))
+    if WITH_MAX:
+        sv_s.index(2 * h).store(gl.zeros([BT], gl.float32, vec_l) + tile_max(b_S))
+    fence_async_shared()
+    _arrive(s_ready.index(h))
+
+
+@gluon.jit
+def _update(b_S, h, k_t, uc_s, cv_s, u_ready, u_free, c, rows_l: gl.constexpr):
+    """Block h's S <- e^{G_C} S + k^T Uc at the chain's factors (its u_ready waited, its u_free arrived
+    once the product is done). Returns S^ at the next sigma and 1 / sigma'."""
+    mbarrier.wait(u_ready.index(h), c & 1)
+    b_f1 = cv_s.index(3 * h).load(rows_l)           # e^{G_C} tau / sigma
+    b_f2 = cv_s.index(3 * h + 1).load(rows_l)       # sigma' / tau
+    b_inv = cv_s.index(3 * h + 2).load(rows_l)      # 1 / sigma'
+    b_Sn = warpgroup_mma(k_t, uc_s.index(h), b_S * b_f1[:, None], is_async=True)
+    b_Sn = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
+    _arrive(u_free.index(h))
+    return b_Sn * b_f2[:, None], b_inv
+
+
+@gluon.jit
+def _first_kS(h, c, k_tile, s_s, sv_s, s_ready, b_zero, b_sig, b_bound, vec_l: gl.constexpr,
+              BOUND_TAU: gl.constexpr):
+    """Block h's k S^ issued once its copy is published (not waited); its sigma (at the first chunk from
+    the state warpgroup, after it the chain's own) and the state's size for tau: the state's max, or
+    with BOUND_TAU after the first chunk the bound the last sigma came from (up to ~17x above max |S|:
+    |Z tau| stays within ~200). Returns the product, sigma and the size."""
+    mbarrier.wait(s_ready.index(h), c & 1)
+    if c == 0:
+        b_sig = gl.max(sv_s.index(2 * h + 1).load(vec_l), 0)
+    if BOUND_TAU:
+        if c == 0:
+            b_mS = gl.max(sv_s.index(2 * h).load(vec_l), 0) * (1.0 / b_sig)
+        else:
+            b_mS = b_bound
+    else:
+        b_mS = gl.max(sv_s.index(2 * h).load(vec_l), 0) * (1.0 / b_sig)
+    b_kS = warpgroup_mma(k_tile, s_s.index(h), b_zero, use_acc=False, is_async=True)
+    return b_kS, b_sig, b_mS
+
+
+@gluon.jit
+def _hand_over(h, c, b_U, b_G, b_G_last, b_mS, b_tau, b_ld, b_eG, m_t, u_s, uc_s, cv_s, ov_s, u_ready, u_free,
+               scale, K: gl.constexpr, BT: gl.constexpr, MASK_ROWS: gl.constexpr, rows_l: gl.constexpr,
+               vec_l: gl.constexpr):
+    """Block h's U, Uc and factors for the state and the output (the chain's end of a chunk), after its
+    u_free of the chunk before. Returns the next sigma and the bound it came from."""
+    if MASK_ROWS:
+        b_U = gl.where(m_t[:, None], b_U, 0.0)
+    b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
+    b_bound = state_bound(b_G_last, b_mS, b_Uc, b_tau)
+    b_sig_next = pow2_below_inverse(b_bound)
+    if c > 0:
+        mbarrier.wait(u_free.index(h), (c - 1) & 1)
+    u_s.index(h).store(b_U.to(gl.float16))
+    uc_s.index(h).store(b_Uc.to(gl.float16))
+    k_vec = gl.zeros([K], gl.float32, vec_l)
+    cv_s.index(3 * h).store(k_vec + gl.exp2(b_G_last * _LOG2E + b_ld))
+    cv_s.index(3 * h + 1).store(k_vec + pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)))
+    cv_s.index(3 * h + 2).store(k_vec + 1.0 / b_sig_next)
+    ov_s.index(2 * h).store(scale * b_eG)
+    ov_s.index(2 * h + 1).store(gl.zeros([BT], gl.float32, rows_l) + 1.0 / b_tau)
+    fence_async_shared()
+    _arrive(u_ready.index(h))
+    return b_sig_next, b_bound
+
+
+@gluon.jit
+def _output_half(h, c, p_tile, u_s, ov_s, u_ready, u_free, b_qS, o, o_row, o_t, o_v, m_t, HV: gl.constexpr,
+                 V: gl.constexpr, rows_l: gl.constexpr):
+    """Block h's o = e^G q S + P U (at its tau), its u_free arrived, o / tau stored: rows o_t of the
+    chunk from token row o_row, value columns o_v of head row o_row's (o_row = row0 HV + i_hv)."""
+    mbarrier.wait(u_ready.index(h), c & 1)
+    b_o = warpgroup_mma(p_tile, u_s.index(h), b_qS * ov_s.index(2 * h).load(rows_l)[:, None], is_async=True)
+    b_o = warpgroup_mma_wait(num_outstanding=0, deps=(b_o,))
+    b_it = ov_s.index(2 * h + 1).load(rows_l)
+    _arrive(u_free.index(h))
+    # The pointers after the product: [BT, BV] 64-bit offsets held across it would cost registers.
+    p_o = o + o_row * V + (o_t[:, None] * (HV * V) + o_v[None, :])
+    gl.store(p_o, (b_o * b_it[:, None]).to(o.dtype.element_ty), mask=m_t[:, None])
+
+
 @gluon.jit
 def _state_part(h0, ht, k_s, k_bars, s_s, uc_s, sv_s, cv_s, s_ready, s_free, u_ready, u_free,
                 cu_seqlens, seq_order, T, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr,
                 V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                 HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
-                LONGEST_FIRST: gl.constexpr, BOUND_TAU: gl.constexpr):
-    """The default warpgroup: holds S^ = sigma S [K, BV] fp32, hands its fp16 copy to the others and
-    applies each chunk's update S <- e^{G_C} S + k^T Uc (scaled by the chain's factors)."""
+                LONGEST_FIRST: gl.constexpr, BOUND_TAU: gl.constexpr, HALVES: gl.constexpr):
+    """The default warpgroup: holds S^ = sigma S, [K, BV] fp32 for each of the program's HALVES column
+    blocks (1 here, 2 in walk_gluon_ws2), hands each block's fp16 copy to the others and applies each
+    chunk's update S <- e^{G_C} S + k^T Uc (scaled by the chain's factors), block by block."""
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
-        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV * HALVES, IS_VARLEN, LONGEST_FIRST)
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BV, 16])
     rows_l: gl.constexpr = gl.SliceLayout(1, s_l)
+    cols_l: gl.constexpr = gl.SliceLayout(0, s_l)
     vec_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l,
-                                                       gl.SliceLayout(0, s_l))
-    sv_s.index(1).store(gl.zeros([BT], gl.float32, vec_l) + b_sig)     # the chain's first sigma
-    sv_s.index(0).store(gl.zeros([BT], gl.float32, vec_l) + tile_max(b_S))
-    b_inv = gl.zeros([K], gl.float32, rows_l) + 1.0 / b_sig           # 1 / sigma, for the final store
+    # The program's blocks are initial_state's column blocks HALVES i_v and HALVES i_v + 1 of BV.
+    o_k, o_vA, o_t, i_state, b_SA, b_sigA = initial_state(h0, HALVES * i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l,
+                                                          cols_l)
+    sv_s.index(1).store(gl.zeros([BT], gl.float32, vec_l) + b_sigA)     # the chain's first sigma
+    b_invA = gl.zeros([K], gl.float32, rows_l) + 1.0 / b_sigA         # 1 / sigma, for the final store
+    if HALVES == 2:
+        o_k, o_vB, o_t, i_state, b_SB, b_sigB = initial_state(h0, 2 * i_v + 1, i_nh, K, V, BT, BV, HAS_H0, rows_l,
+                                                              cols_l)
+        sv_s.index(3).store(gl.zeros([BT], gl.float32, vec_l) + b_sigB)
+        b_invB = gl.zeros([K], gl.float32, rows_l) + 1.0 / b_sigB
+    if HALVES == 1:
+        sv_s.index(0).store(gl.zeros([BT], gl.float32, vec_l) + tile_max(b_SA))
+    elif NT > 0:
+        _publish(b_SA, 0, s_s, sv_s, s_ready, BT, vec_l, True)
+        _publish(b_SB, 1, s_s, sv_s, s_ready, BT, vec_l, True)
     for c in range(0, NT):
-        if c > 0:
-            mbarrier.wait(s_free, (c - 1) & 1)
-        s_s.store(b_S.to(gl.float16))
-        if not BOUND_TAU:
+        if HALVES == 1:
+            # One block: its copy at each chunk's start (the same time as right after the update
+            # before it, and ptxas keeps fewer registers live across the loop with an initial state).
             if c > 0:
-                sv_s.index(0).store(gl.zeros([BT], gl.float32, vec_l) + tile_max(b_S))
-        fence_async_shared()
-        _arrive(s_ready)
+                mbarrier.wait(s_free.index(0), (c - 1) & 1)
+            _publish(b_SA, 0, s_s, sv_s, s_ready, BT, vec_l, not BOUND_TAU)
         _wait(k_bars, c, STAGES)
-        mbarrier.wait(u_ready, c & 1)
-        b_f1 = cv_s.index(0).load(rows_l)          # e^{G_C} tau / sigma
-        b_f2 = cv_s.index(1).load(rows_l)          # sigma' / tau
-        b_inv = cv_s.index(2).load(rows_l)         # 1 / sigma'
-        b_Sn = warpgroup_mma(k_s.index(c % STAGES).permute((1, 0)), uc_s, b_S * b_f1[:, None], is_async=True)
-        b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
-        _arrive(u_free)
-        b_S = b_S * b_f2[:, None]
+        k_t = k_s.index(c % STAGES).permute((1, 0))
+        b_SA, b_invA = _update(b_SA, 0, k_t, uc_s, cv_s, u_ready, u_free, c, rows_l)
+        if HALVES == 2:
+            # Two blocks: A's next copy before B's update, so that the chain starts A's next chunk
+            # while this warpgroup works on B.
+            if c + 1 < NT:
+                mbarrier.wait(s_free.index(0), c & 1)
+                _publish(b_SA, 0, s_s, sv_s, s_ready, BT, vec_l, not BOUND_TAU)
+            b_SB, b_invB = _update(b_SB, 1, k_t, uc_s, cv_s, u_ready, u_free, c, rows_l)
+            if c + 1 < NT:
+                mbarrier.wait(s_free.index(1), c & 1)
+                _publish(b_SB, 1, s_s, sv_s, s_ready, BT, vec_l, not BOUND_TAU)
     if STORE_FINAL:
-        gl.store(ht + i_state + o_k[:, None] * V + o_v[None, :], b_S * b_inv[:, None])
+        gl.store(ht + i_state + o_k[:, None] * V + o_vA[None, :], b_SA * b_invA[:, None])
+        if HALVES == 2:
+            gl.store(ht + i_state + o_k[:, None] * V + o_vB[None, :], b_SB * b_invB[:, None])
 
 
 @gluon.jit
@@ -125,91 +232,92 @@ def _chain_part(d_k, d_v, d_t, Gc, k_s, v_s, t_s, k_bars, v_bars, t_bars, s_s, z
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
-        mbarrier.wait(s_ready, c & 1)
-        if c == 0:
-            b_sig = gl.max(sv_s.index(1).load(vec_l), 0)
-        else:
+        _wait(k_bars, c, STAGES)
+        b_kS, b_sig, b_mS = _first_kS(0, c, k_s.index(st), s_s, sv_s, s_ready, b_zero, b_sig, b_bound, vec_l,
+                                      BOUND_TAU)
+        if c > 0:
             # The state's update of chunk c - 1 is done (it came before this s_ready): its k slot is free.
             _issue(c - 1 + STAGES, NT, k_bars, STAGES, row_base, BT, d_k, col_qk, k_s)
-        _wait(k_bars, c, STAGES)
-        b_kS = warpgroup_mma(k_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
-        if BOUND_TAU:
-            # After the first chunk, the state's size is the bound the last sigma came from (up to ~17x
-            # above max |S|: |Z tau| stays within ~200), not the state warpgroup's max reduction.
-            if c == 0:
-                b_mS = gl.max(sv_s.index(0).load(vec_l), 0) * (1.0 / b_sig)
-            else:
-                b_mS = b_bound
-        else:
-            b_mS = gl.max(sv_s.index(0).load(vec_l), 0) * (1.0 / b_sig)
         b_v, b_tau, b_ld, b_eG = values_and_scales(v_s, v_bars, c, STAGES, acc_l, MASK_ROWS, m_t, b_mS, b_G, b_G0,
                                                    b_sig)
         b_kS = warpgroup_mma_wait(num_outstanding=0, deps=(b_kS,))
-        _arrive(s_free)
+        _arrive(s_free.index(0))
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)     # v is in registers
-        b_Z = b_v * b_tau - b_kS * b_eG[:, None]
-        z_s.store(b_Z.to(gl.float16))
+        z_s.index(0).store((b_v * b_tau - b_kS * b_eG[:, None]).to(gl.float16))
         fence_async_shared()
         _wait(t_bars, c, STAGES)
-        b_U = warpgroup_mma(t_s.index(st), z_s, b_zero, use_acc=False, is_async=True)
+        b_U = warpgroup_mma(t_s.index(st), z_s.index(0), b_zero, use_acc=False, is_async=True)
         b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
         _issue(c + STAGES, NT, t_bars, STAGES, row_base, BT, d_t, col_tp, t_s)
-        if MASK_ROWS:
-            b_U = gl.where(m_t[:, None], b_U, 0.0)
-        b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
-        b_bound = state_bound(b_G_last, b_mS, b_Uc, b_tau)
-        b_sig_next = pow2_below_inverse(b_bound)
-        if c > 0:
-            mbarrier.wait(u_free, (c - 1) & 1)
-        u_s.store(b_U.to(gl.float16))
-        uc_s.store(b_Uc.to(gl.float16))
-        k_vec = gl.zeros([K], gl.float32, vec_l)
-        cv_s.index(0).store(k_vec + gl.exp2(b_G_last * _LOG2E + b_ld))
-        cv_s.index(1).store(k_vec + pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)))
-        cv_s.index(2).store(k_vec + 1.0 / b_sig_next)
-        ov_s.index(0).store(scale * b_eG)
-        ov_s.index(1).store(gl.zeros([BT], gl.float32, rows_l) + 1.0 / b_tau)
-        fence_async_shared()
-        _arrive(u_ready)
-        b_sig = b_sig_next
+        b_sig, b_bound = _hand_over(0, c, b_U, b_G, b_G_last, b_mS, b_tau, b_ld, b_eG, m_t, u_s, uc_s, cv_s, ov_s,
+                                    u_ready, u_free, scale, K, BT, MASK_ROWS, rows_l, vec_l)
 
 
 @gluon.jit
 def _output_part(d_q, d_p, o, q_s, p_s, q_bars, p_bars, s_s, u_s, ov_s, s_ready, s_free, u_ready, u_free,
                  cu_seqlens, seq_order, T, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr,
                  V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-                 IS_VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr):
-    """The outputs: o = e^G q S + P U at the chain's scale tau, stored as o / tau; loads q and P."""
+                 IS_VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr, HALVES: gl.constexpr):
+    """The outputs of each of the HALVES column blocks: o = e^G q S + P U at the block's tau, stored as
+    o / tau (one block at a time, in registers' favour); loads q and P."""
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
-        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV * HALVES, IS_VARLEN, LONGEST_FIRST)
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BV, 16])
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_l)
     o_t = gl.arange(0, BT, layout=rows_l)
-    o_v = i_v * BV + gl.arange(0, BV, layout=gl.SliceLayout(0, acc_l))
+    o_v = HALVES * i_v * BV + gl.arange(0, BV, layout=gl.SliceLayout(0, acc_l))
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
     for c in gl.static_range(STAGES):
         _issue(c, NT, q_bars, STAGES, row_base, BT, d_q, col_qk, q_s)
         _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
     for c in range(0, NT):
         st = c % STAGES
-        row0 = (row_base + c * BT).to(gl.int64)
+        o_row = (row_base + c * BT).to(gl.int64) * HV + i_hv
         m_t = (c * BT + o_t) < T
-        mbarrier.wait(s_ready, c & 1)
         _wait(q_bars, c, STAGES)
-        b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
-        b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_qS,))
-        _arrive(s_free)
+        mbarrier.wait(s_ready.index(0), c & 1)
+        b_qSA = warpgroup_mma(q_s.index(st), s_s.index(0), b_zero, use_acc=False, is_async=True)
+        if HALVES == 2:
+            mbarrier.wait(s_ready.index(1), c & 1)
+            b_qSB = warpgroup_mma(q_s.index(st), s_s.index(1), b_zero, use_acc=False, is_async=True)
+            b_qSA = warpgroup_mma_wait(num_outstanding=1, deps=(b_qSA,))
+            _arrive(s_free.index(0))
+            b_qSB = warpgroup_mma_wait(num_outstanding=0, deps=(b_qSB,))
+            _arrive(s_free.index(1))
+        else:
+            b_qSA = warpgroup_mma_wait(num_outstanding=0, deps=(b_qSA,))
+            _arrive(s_free.index(0))
         _issue(c + STAGES, NT, q_bars, STAGES, row_base, BT, d_q, col_qk, q_s)
-        mbarrier.wait(u_ready, c & 1)
-        b_fo = ov_s.index(0).load(rows_l)          # scale e^G tau / sigma
-        b_it = ov_s.index(1).load(rows_l)          # 1 / tau
         _wait(p_bars, c, STAGES)
-        b_o = warpgroup_mma(p_s.index(st), u_s, b_qS * b_fo[:, None], is_async=True)
-        b_o = warpgroup_mma_wait(num_outstanding=0, deps=(b_o,))
-        _arrive(u_free)
+        _output_half(0, c, p_s.index(st), u_s, ov_s, u_ready, u_free, b_qSA, o, o_row, o_t, o_v, m_t, HV, V, rows_l)
+        if HALVES == 2:
+            _output_half(1, c, p_s.index(st), u_s, ov_s, u_ready, u_free, b_qSB, o, o_row, o_t, o_v + BV, m_t, HV,
+                         V, rows_l)
         _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
-        p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
-        gl.store(p_o, (b_o * b_it[:, None]).to(o.dtype.element_ty), mask=m_t[:, None])
+
+
+@gluon.jit
+def hand_off_buffers(HALVES: gl.constexpr, K: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr):
+    """The hand-offs' buffers and barriers for HALVES column blocks of BV (the comment above _publish):
+    s_s [HALVES, K, BV], z_s, u_s, uc_s [HALVES, BT, BV] fp16; sv_s (max |S^|, sigma_0), ov_s (the
+    output's row factors, 1 / tau) [2 HALVES, BT] and cv_s (f1, f2, 1 / sigma') [3 HALVES, K] fp32;
+    s_ready, u_ready (count 1), s_free, u_free (count 2: two warpgroups read) [HALVES]."""
+    s_s = gl.allocate_shared_memory(gl.float16, [HALVES, K, BV], gl.NVMMASharedLayout.get_default_for([K, BV],
+                                                                                                       gl.float16))
+    b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
+    z_s = gl.allocate_shared_memory(gl.float16, [HALVES, BT, BV], b_l)
+    u_s = gl.allocate_shared_memory(gl.float16, [HALVES, BT, BV], b_l)
+    uc_s = gl.allocate_shared_memory(gl.float16, [HALVES, BT, BV], b_l)
+    vec_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    sv_s = gl.allocate_shared_memory(gl.float32, [2 * HALVES, BT], vec_sl)
+    cv_s = gl.allocate_shared_memory(gl.float32, [3 * HALVES, K], vec_sl)
+    ov_s = gl.allocate_shared_memory(gl.float32, [2 * HALVES, BT], vec_sl)
+    s_free = gl.allocate_shared_memory(gl.int64, [HALVES, 1], mbarrier.MBarrierLayout())
+    u_free = gl.allocate_shared_memory(gl.int64, [HALVES, 1], mbarrier.MBarrierLayout())
+    for h in gl.static_range(HALVES):
+        mbarrier.init(s_free.index(h), count=2)
+        mbarrier.init(u_free.index(h), count=2)
+    return s_s, z_s, u_s, uc_s, sv_s, cv_s, ov_s, _barriers(HALVES), s_free, _barriers(HALVES), u_free
 
 
 @gluon.jit
@@ -227,30 +335,16 @@ def walk_ws_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order
     k_s, q_s, t_s, v_s, p_s, k_bars, q_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, STAGES,
                                                                      BT, K, BV)
     t_bars = _barriers(STAGES)
-    s_s = gl.allocate_shared_memory(gl.float16, [K, BV], gl.NVMMASharedLayout.get_default_for([K, BV], gl.float16))
-    b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
-    z_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
-    u_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
-    uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
-    vec_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    sv_s = gl.allocate_shared_memory(gl.float32, [2, BT], vec_sl)     # state -> chain: max |S^|, sigma_0
-    cv_s = gl.allocate_shared_memory(gl.float32, [3, K], vec_sl)      # chain -> state: f1, f2, 1 / sigma'
-    ov_s = gl.allocate_shared_memory(gl.float32, [2, BT], vec_sl)     # chain -> output: row factors, 1 / tau
-    s_ready = _barriers(1).index(0)
-    u_ready = _barriers(1).index(0)
-    s_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(s_free, count=2)
-    u_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(u_free, count=2)
+    s_s, z_s, u_s, uc_s, sv_s, cv_s, ov_s, s_ready, s_free, u_ready, u_free = hand_off_buffers(1, K, BT, BV)
     gl.warp_specialize([
         (_state_part, (h0, ht, k_s, k_bars, s_s, uc_s, sv_s, cv_s, s_ready, s_free, u_ready, u_free,
                        cu_seqlens, seq_order, T, H, HV, K, V, BT, BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN,
-                       LONGEST_FIRST, BOUND_TAU)),
+                       LONGEST_FIRST, BOUND_TAU, 1)),
         (_chain_part, (d_k, d_v, d_t, Gc, k_s, v_s, t_s, k_bars, v_bars, t_bars, s_s, z_s, u_s, uc_s, sv_s, cv_s,
                        ov_s, s_ready, s_free, u_ready, u_free, cu_seqlens, seq_order, T, scale, H, HV, K, V, BT,
                        BV, STAGES, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, BOUND_TAU)),
         (_output_part, (d_q, d_p, o, q_s, p_s, q_bars, p_bars, s_s, u_s, ov_s, s_ready, s_free, u_ready, u_free,
-                        cu_seqlens, seq_order, T, H, HV, K, V, BT, BV, STAGES, IS_VARLEN, LONGEST_FIRST)),
+                        cu_seqlens, seq_order, T, H, HV, K, V, BT, BV, STAGES, IS_VARLEN, LONGEST_FIRST, 1)),
     ], [4, 4], [CHAIN_NREG, OUTPUT_NREG])
 
 
@@ -270,6 +364,8 @@ def walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, stages=2
     V = v.shape[-1]
     if BT != 64 or K not in (64, 128) or V not in (64, 128):
         raise ValueError(f"walk='gluon_ws' needs chunk_size 64, K and V of 64 or 128, got {BT}, {K}, {V}")
+    if stages < 2:     # the chain refills chunk c - 1's k slot after waiting for chunk c's k
+        raise ValueError(f"walk='gluon_ws' needs stages >= 2, got {stages}")
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
     mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
     walk_ws_kernel[(N * HV,)](

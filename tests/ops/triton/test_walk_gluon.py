@@ -113,7 +113,7 @@ def test_gluon_walk_refusals(monkeypatch):
         return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk="gluon", **kw)
     q = torch.empty(1, 64, 1, 64, dtype=torch.bfloat16, device="meta")
     g = torch.zeros(1, 64, 1, device="meta")
-    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_ws'"):
+    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon', 'gluon_ws' or 'gluon_ws2'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90

@@ -1,4 +1,5 @@
-"""The warp-specialised fp16 walk in Gluon (gdn.ops.triton.walk_gluon_ws, walk="gluon_ws", a candidate):
+"""The warp-specialised fp16 walks in Gluon (gdn.ops.triton.walk_gluon_ws and walk_gluon_ws2, walk="gluon_ws"
+and "gluon_ws2", candidates):
 on a GPU against the float64 reference and the Triton walk; everywhere, the calls it refuses (Gluon has
 no interpreter: on a CPU machine only the refusals run here, and its sm_90 compile in test_compiled)."""
 import pytest
@@ -12,17 +13,25 @@ pytest.importorskip("triton")
 HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
 
 
-@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("B, T, K, V, cu", [
+PACKED = [0, 0, 17, 18, 146, 146, 275, 400]
+SHAPES = [
     (2, 256, 64, 64, None),                               # whole chunks
     (1, 300, 64, 64, None),                               # a partial last chunk (rows past the end read as zeros)
     (3, 200, 64, 64, None),                               # partial chunks at B > 1: the next sequence's rows masked
-    (1, 400, 64, 64, [0, 0, 17, 18, 146, 146, 275, 400]),  # packed, empty ones, one token, a chunk's edge
+    (1, 400, 64, 64, PACKED),                             # packed, empty ones, one token, a chunk's edge
     (2, 256, 64, 128, None),                              # K != V
     (2, 512, 128, 128, None),                             # the Qwen shape's K = V = 128
-])
-@pytest.mark.parametrize("bound_tau", [False, True])
-def test_gluon_ws_matches_reference_and_triton_walk(B, T, K, V, cu, bound_tau):
+    (1, 400, 64, 128, PACKED),
+    (3, 200, 128, 128, None),
+]
+# gluon_ws2 takes V = 128 only (two halves of 64 columns).
+CASES = [(walk, bound, *shape) for walk, bound in (("gluon_ws", False), ("gluon_ws", True), ("gluon_ws2", False))
+         for shape in SHAPES if walk == "gluon_ws" or shape[3] == 128]
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk, bound_tau, B, T, K, V, cu", CASES)
+def test_gluon_ws_matches_reference_and_triton_walk(walk, bound_tau, B, T, K, V, cu):
     """o within bf16's rounding of the reference, S within fp16's, and both close to the Triton walk's
     (the same products, summed in another order), with and without an initial state, tau from the
     state's max or from the chain's bound (ws_bound_tau); no output row left unwritten (NaN-poisoned);
@@ -38,7 +47,7 @@ def test_gluon_ws_matches_reference_and_triton_walk(B, T, K, V, cu, bound_tau):
                     num_segments=None if cu is not None else 1)
         o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True,
                                      cu_seqlens=None if cu is None else cu.cpu())
-        o, S = triton_forward(q, k, v, g, beta, walk="gluon_ws", ws_bound_tau=bound_tau,
+        o, S = triton_forward(q, k, v, g, beta, walk=walk, ws_bound_tau=bound_tau,
                               out=torch.full_like(v, float("nan")), **call)
         o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
         assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
@@ -47,21 +56,37 @@ def test_gluon_ws_matches_reference_and_triton_walk(B, T, K, V, cu, bound_tau):
 
 
 def test_gluon_ws_refusals(monkeypatch):
-    """Outside what the kernel does, a ValueError that says what it needs: V or K outside 64/128,
-    pieces, the bf16-parts walk, other chunk sizes; and no interpreter. Meta tensors: the refusals come
-    before any launch."""
+    """Outside what the kernels do, a ValueError that says what they need: V or K outside 64/128 (V
+    other than 128 for gluon_ws2), pieces, the bf16-parts walk, other chunk sizes, ws_bound_tau beside
+    gluon_ws2 (which always takes it); and no interpreter. One stage is refused by the launchers (the
+    chain's k refill needs two). Meta tensors: the refusals come before any launch."""
     import gdn.ops.triton.forward as forward
 
-    def call(K=64, V=64, device="meta", **kw):
+    def call(K=64, V=64, device="meta", walk="gluon_ws", **kw):
         q = torch.empty(1, 128, 1, K, dtype=torch.bfloat16, device=device)
         v = torch.empty(1, 128, 2, V, dtype=torch.bfloat16, device=device)
         g = torch.zeros(1, 128, 2, device=device)
-        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk="gluon_ws", **kw)
+        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk=walk, **kw)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)
     for kw in (dict(V=32), dict(K=256), dict(pieces=2), dict(operands="bf16_parts"), dict(chunk_size=32)):
         with pytest.raises(ValueError, match="walk='gluon_ws' needs the fp16 walk"):
             call(**kw)
+    with pytest.raises(ValueError, match=r"walk='gluon_ws2' needs the fp16 walk.*V in \(128,\)"):
+        call(walk="gluon_ws2")
+    with pytest.raises(ValueError, match="ws_bound_tau=True applies to walk='gluon_ws' only"):
+        call(V=128, walk="gluon_ws2", ws_bound_tau=True)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: True)
     with pytest.raises(ValueError, match="walk='gluon_ws' needs an sm_90 CUDA GPU"):
         call()
+
+
+@pytest.mark.parametrize("module, name", [("walk_gluon_ws", "walk_gluon_ws"), ("walk_gluon_ws2", "walk_gluon_ws2")])
+def test_gluon_ws_launchers_refuse_one_stage(module, name):
+    """At one stage the chain would wait for a k tile it only loads later (a hang): refused first."""
+    import importlib
+    launch = getattr(importlib.import_module(f"gdn.ops.triton.{module}"), name)
+    q = torch.empty(1, 128, 1, 64, dtype=torch.float16, device="meta")
+    v = torch.empty(1, 128, 2, 128, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="needs stages >= 2, got 1"):
+        launch(q, q, v, None, None, None, v, None, None, 0.125, 1, 2, 64, stages=1)
