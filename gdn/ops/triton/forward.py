@@ -375,8 +375,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             attn, attn2 = attn_parts[0], attn_parts[1]
     # The flags need a WY program to fit beside every walk program (4 warps each, a walk of <= 32
     # columns in <= 3 stages: the fp16 walk's three take 173 + 33 KB of shared memory, run on an H200
-    # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB): otherwise walks of concurrent calls
-    # could fill every SM and leave no room for the WY passes they wait for.
+    # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB): otherwise walks of
+    # concurrent calls could fill every SM and leave no room for the WY passes they wait for.
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
@@ -509,16 +509,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                        seq_order if cu_seqlens is not None and longest_first else None, done,
                        flag_group if done is not None else 1)
             return
-        if walk == "gluon_ws":         # all chunks from h0 in one launch, all V columns a program
+        if walk in ("gluon_ws", "gluon_ws2"):     # all chunks from h0 in one launch, all V columns a program
             from .walk_gluon_ws import walk_gluon_ws
             walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
                           seq_order=seq_order if cu_seqlens is not None and longest_first else None,
-                          bound_tau=ws_bound_tau)
-            return
-        if walk == "gluon_ws2":        # as gluon_ws, the columns in two halves (two chains a program)
-            from .walk_gluon_ws2 import walk_gluon_ws2
-            walk_gluon_ws2(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
-                           seq_order=seq_order if cu_seqlens is not None and longest_first else None)
+                          bound_tau=ws_bound_tau, halves=2 if walk == "gluon_ws2" else 1)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

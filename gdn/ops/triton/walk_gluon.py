@@ -302,13 +302,30 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
 def _tile_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
     """The shared-memory layout of a [block] tile of dtype, made once: ~6 us of the host's time a
     call each (five a launch), which at B1 x T8k is host time the GPU waits for (NOTES.md v19)."""
-    return gl.NVMMASharedLayout.get_default_for(list(block), {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[dtype])
+    return gl.NVMMASharedLayout.get_default_for(list(block), {torch.float16: gl.float16,
+                                                               torch.bfloat16: gl.bfloat16}[dtype])
 
 
 def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     """A descriptor of a [B, T, heads, dim] tensor as [B x T, heads x dim] in [block] tiles."""
     x2 = x.reshape(x.shape[0] * x.shape[1], x.shape[2] * x.shape[3])
     return TensorDescriptor.from_tensor(x2, block, _tile_layout(tuple(block), x.dtype))
+
+
+def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV):
+    """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
+    leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, o, h0, ht,
+    cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
+    STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
+    rows, in packed sequences or dense ones whose T is not a multiple of BT)."""
+    B, T, _, K = qn.shape
+    N = B if cu_seqlens is None else len(cu_seqlens) - 1
+    args = (_rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
+            Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
+            o if seq_order is None else seq_order)
+    flags = dict(HAS_H0=h0 is not None, STORE_FINAL=ht is not None, IS_VARLEN=cu_seqlens is not None,
+                 LONGEST_FIRST=seq_order is not None, MASK_ROWS=cu_seqlens is not None or (B > 1 and T % BT != 0))
+    return N, args, flags
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
@@ -325,16 +342,10 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
-    N = B if cu_seqlens is None else len(cu_seqlens) - 1
-    mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)     # chunks read another sequence's rows
-    if done is not None and mask_rows:
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV)
+    if done is not None and flags["MASK_ROWS"]:
         raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
     walk_gluon_kernel[(V // BV * N * HV,)](
-        _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
-        Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
-        o if seq_order is None else seq_order, o if done is None else done, scale, T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None,
-        MASK_ROWS=mask_rows, WAIT=done is not None, GROUP=group,
-        num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))
+        *args, o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages,
+        WAIT=done is not None, GROUP=group, **flags, num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -41,8 +41,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .split_dot import tile_max
 from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound
-from .walk_gluon import (_LOG2E, _barriers, _chunk_decays, _issue, _rings, _rows, _wait, initial_state, program_rows,
-                         values_and_scales)
+from .walk_gluon import (_LOG2E, _barriers, _chunk_decays, _issue, _rings, _wait, initial_state, program_rows,
+                         values_and_scales, walk_launch)
 
 # Registers a thread of the chain's and the output's warpgroups; the state's get the rest of 168 x 3
 # (168 a thread at launch: 12 warps an SM). compile_report: no spills at 216 / 120 / 168; the state's
@@ -355,23 +355,26 @@ def ws_smem_bytes(K: int, V: int, BT: int = 64, stages: int = 2) -> int:
 
 
 def walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, stages=2, cu_seqlens=None, seq_order=None,
-                  bound_tau=False):
-    """Launch walk_ws_kernel (tensors as walk_gluon.walk_gluon's; BV = V, one program a sequence and value
-    head). bound_tau: walk_ws_kernel's BOUND_TAU (tau from the chain's own bound on the state after the
-    first chunk, no max reduction of the state a chunk). The launcher (gdn.ops.triton.forward) checks
-    the shapes first."""
+                  bound_tau=False, halves=1):
+    """Launch walk_ws_kernel (halves=1: BV = V) or walk_gluon_ws2's walk_ws2_kernel (halves=2: two
+    blocks of V / 2, V = 128, tau always from the bound); tensors as walk_gluon.walk_gluon's, one program
+    a sequence and value head. bound_tau: walk_ws_kernel's BOUND_TAU (tau from the chain's own bound
+    on the state after the first chunk, no max reduction of the state a chunk). The launcher
+    (gdn.ops.triton.forward) checks the shapes first."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
-    if BT != 64 or K not in (64, 128) or V not in (64, 128):
-        raise ValueError(f"walk='gluon_ws' needs chunk_size 64, K and V of 64 or 128, got {BT}, {K}, {V}")
+    walk = "gluon_ws2" if halves == 2 else "gluon_ws"
+    values = (128,) if halves == 2 else (64, 128)
+    if BT != 64 or K not in (64, 128) or V not in values:
+        raise ValueError(f"walk={walk!r} needs chunk_size 64, K of 64 or 128 and V in {values}, got {BT}, {K}, {V}")
     if stages < 2:     # the chain refills chunk c - 1's k slot after waiting for chunk c's k
-        raise ValueError(f"walk='gluon_ws' needs stages >= 2, got {stages}")
-    N = B if cu_seqlens is None else len(cu_seqlens) - 1
-    mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
-    walk_ws_kernel[(N * HV,)](
-        _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, V]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
-        Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
-        o if seq_order is None else seq_order, scale, T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BV=V, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows,
-        CHAIN_NREG=CHAIN_REGS, OUTPUT_NREG=OUTPUT_REGS, BOUND_TAU=bound_tau, num_warps=4, maxnreg=168)
+        raise ValueError(f"walk={walk!r} needs stages >= 2, got {stages}")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, V // halves)
+    if halves == 2:
+        from .walk_gluon_ws2 import CHAIN_REGS as chain_regs, OUTPUT_REGS as output_regs, walk_ws2_kernel as kernel
+        extra = {}
+    else:
+        kernel, chain_regs, output_regs, extra = walk_ws_kernel, CHAIN_REGS, OUTPUT_REGS, dict(BV=V,
+                                                                                             BOUND_TAU=bound_tau)
+    kernel[(N * HV,)](*args, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, STAGES=stages, **flags, **extra,
+                      CHAIN_NREG=chain_regs, OUTPUT_NREG=output_regs, num_warps=4, maxnreg=168)

@@ -24,7 +24,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from .walk_gluon import _barriers, _chunk_decays, _issue, _rows, _wait, program_rows, values_and_scales
+from .walk_gluon import _barriers, _chunk_decays, _issue, _wait, program_rows, values_and_scales
 from .walk_gluon_ws import _arrive, _first_kS, _hand_over, _output_part, _state_part, hand_off_buffers
 
 # The chain's and the output's registers a thread (the state's get the rest of 168 x 3: 216). The
@@ -129,23 +129,3 @@ def walk_ws2_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_orde
         (_output_part, (d_q, d_p, o, q_s, p_s, q_bars, p_bars, s_s, u_s, ov_s, s_ready, s_free, u_ready, u_free,
                         cu_seqlens, seq_order, T, H, HV, K, V, BT, BV, STAGES, IS_VARLEN, LONGEST_FIRST, 2)),
     ], [4, 4], [CHAIN_NREG, OUTPUT_NREG])
-
-
-def walk_gluon_ws2(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, stages=2, cu_seqlens=None,
-                   seq_order=None):
-    """Launch walk_ws2_kernel (as walk_gluon_ws.walk_gluon_ws; V = 128, halves of 64 columns)."""
-    B, T, _, K = qn.shape
-    V = v.shape[-1]
-    if BT != 64 or K not in (64, 128) or V != 128:
-        raise ValueError(f"walk='gluon_ws2' needs chunk_size 64, K of 64 or 128 and V = 128, got {BT}, {K}, {V}")
-    if stages < 2:     # the chain refills chunk c - 1's k slot after waiting for chunk c's k
-        raise ValueError(f"walk='gluon_ws2' needs stages >= 2, got {stages}")
-    N = B if cu_seqlens is None else len(cu_seqlens) - 1
-    mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
-    walk_ws2_kernel[(N * HV,)](
-        _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, V // 2]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
-        Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
-        o if seq_order is None else seq_order, scale, T,
-        H=H, HV=HV, K=K, V=V, BT=BT, STAGES=stages, HAS_H0=h0 is not None, STORE_FINAL=ht is not None,
-        IS_VARLEN=cu_seqlens is not None, LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows,
-        CHAIN_NREG=CHAIN_REGS, OUTPUT_NREG=OUTPUT_REGS, num_warps=4, maxnreg=168)
