@@ -110,14 +110,13 @@ CONFIGS = {
     # own choice does: this also makes compile_report record that launch)
     "gluon walk beside": dict(walk="gluon", pieces=8),
     "gluon walk st2": dict(walk="gluon", walk_stages=2),
-    # v21 candidate: the warp-specialised Gluon walk (walk_gluon_ws: state, chain and outputs on three
-    # warpgroups, all V columns a program), for the wide shapes; correct, 2% slower than the default
-    "gluon ws": dict(walk="gluon_ws"),
-    # ... with tau from the chain's bound on the state (no max reduction of the state on the chain):
-    # as fast as the default at B8 x T4k and B32 x T2k (NOTES.md v21)
-    "gluon ws bound": dict(walk="gluon_ws", ws_bound_tau=True),
-    # v21 candidate: the same with two chains a program (walk_gluon_ws2: the columns in two halves)
-    "gluon ws2": dict(walk="gluon_ws2"),
+    # the Gluon walk on the transposed state (walk_gluon_t: every chained product's left operand in
+    # registers, nothing stored on the chain, per-column scales): v22's wide default, asked for (at
+    # B = 1: after the WY pass, or beside it; both slower there than "gluon walk beside", v22)
+    "gluon t": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1),
+    "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
+    # v23 candidate: its decays by exp2, flushing below 2^-126 (1266 loop instructions against 1368)
+    "gluon t ftz": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, exp_ftz=True),
     "triton walk": dict(walk="triton"),
 }
 

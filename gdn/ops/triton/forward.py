@@ -95,7 +95,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, ws_bound_tau=False, out=None):
+                   operands=None, walk=None, exp_ftz=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -156,18 +156,18 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     gdn.ops.triton.walk_gluon's kernel, whose matrix products run asynchronously: dense or packed
     sequences of any length, one segment, after the WY pass (or beside it, waiting on its counts, where
     ``overlap="flags"`` applies: few sequences x heads; overlap="pieces" is refused), chunk_size 64,
-    K of 64, 128 or 256, 4 warps, an sm_90 GPU. None (default), at K = 128: "gluon" where the defaults
-    take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice), dense or packed,
-    whole chunks or not, 22-23% faster there on an H200 (v18; packed 17%, v19), and where it runs
-    beside the WY pass (flags: few sequences x heads, 32 columns, three stages) from 256 chunks a
-    sequence on, 3-4% faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter
-    sequences at B = 1, where the Gluon launch's host time showed; the interpreter).
-    ``walk="gluon_ws"`` (a candidate: correct on an H200, as fast as the default at the wide shapes,
-    v21): gdn.ops.triton.walk_gluon_ws, three warpgroups a program (state, chain, outputs) over all V
-    columns; as "gluon" without the flags, K and V of 64 or 128; ``ws_bound_tau`` its BOUND_TAU
-    (4% faster than without). ``walk="gluon_ws2"`` (a candidate, compiled for sm_90a only):
-    gdn.ops.triton.walk_gluon_ws2, the same with the state's columns in two halves, two chains a
-    program (V = 128).
+    K of 64, 128 or 256, 4 warps, an sm_90 GPU. ``walk="gluon_t"``: gdn.ops.triton.walk_gluon_t's
+    kernel, the same walk on the transposed state (every product on the state's chain takes its left
+    operand from registers; per-column scales), as "gluon" with block_v 64 (the matrix units' 64 rows)
+    and K of 64 or 128; beside the WY pass at one stage; ``exp_ftz`` its decays by exp2, flushing results
+    below 2^-126 to zero (a v23 candidate: 7% fewer instructions a chunk, not yet run on a GPU). None
+    (default), at K = 128: "gluon_t" where
+    the defaults take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice),
+    dense or packed, whole chunks or not, 11-14% faster there than "gluon" on an H200 (v22), itself
+    22-23% faster than "triton" (v18; packed 17%, v19); "gluon" where it runs beside the WY pass
+    (flags: few sequences x heads, 32 columns, three stages) from 256 chunks a sequence on, 3-4% faster
+    there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1, where the
+    Gluon launch's host time showed; the interpreter).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -189,8 +189,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
-    if walk not in (None, "triton", "gluon", "gluon_ws", "gluon_ws2"):
-        raise ValueError(f"walk must be None, 'triton', 'gluon', 'gluon_ws' or 'gluon_ws2', got {walk!r}")
+    if walk not in (None, "triton", "gluon", "gluon_t"):
+        raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_t', got {walk!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -377,7 +377,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     # columns in <= 3 stages: the fp16 walk's three take 173 + 33 KB of shared memory, run on an H200
     # in v12; the split walk's fit with q through registers, Q_REGS: 189 + 33 KB): otherwise walks of
     # concurrent calls could fill every SM and leave no room for the WY passes they wait for.
-    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and BV <= 32 and walk_stages <= 3
+    # A WY program fits beside a walk program on one SM: 32 columns (or walk_gluon_t's 64 at one stage).
+    beside = num_warps == 4 and (walk_warps or num_warps) == 4 and (
+        BV <= 32 and walk_stages <= 3 or walk == "gluon_t" and BV == 64 and walk_stages == 1)
     flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
@@ -407,35 +409,29 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # pass (B = 1: flags, 32 columns, three stages) 3-4% faster from 256 chunks a sequence on, and
         # correct at T = 2^20 (v19-v20); shorter ones keep the Triton walk (at B1 x T8k the Gluon
         # launch's host time, ~0.1 ms more, set the pace).
+        # At the wide shapes the Gluon walk on the transposed state (walk_gluon_t: nothing stored on the
+        # state's chain), 11-14% faster than walk_gluon's there (B8 x T4k, B32 x T2k, varlen 32k in 16;
+        # NOTES.md v22). It needs 64 columns (the matrix units' 64 rows), so B = 1 keeps walk_gluon's 32.
         wide_gluon = wide_default and BV == 64 and walk_stages == 1
         beside_gluon = gluon_flags and (pieces is None or pieces > 1) and BV == 32 and walk_stages == 3 and NT >= 256
-        walk = "gluon" if ((wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready()) else "triton"
-    if walk == "gluon":
+        walk = "triton"
+        if (wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready():
+            walk = "gluon_t" if wide_gluon else "gluon"
+    if exp_ftz and walk != "gluon_t":
+        raise ValueError(f"exp_ftz=True applies to walk='gluon_t' only, got walk={walk!r}")
+    if walk == "gluon_t" and not (BV == 64 and K in (64, 128)):
+        raise ValueError(f"walk='gluon_t' needs block_v 64 and K of 64 or 128, got block_v={BV}, K={K}")
+    if walk in ("gluon", "gluon_t"):
         if not gluon_fits:
-            raise ValueError("walk='gluon' needs the fp16 walk (operands='fp16' applies), one segment, one "
+            raise ValueError(f"walk={walk!r} needs the fp16 walk (operands='fp16' applies), one segment, one "
                              "piece (or overlap='flags'), chunk_size 64, K in "
                              f"(64, 128, 256), V a multiple of block_v ({BV}), 4 warps, v 16-byte aligned and "
                              f"its shared memory within 227 KiB ({gluon_smem} B at walk_stages={walk_stages})")
         if not gluon_ready():
-            raise ValueError("walk='gluon' needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
+            raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
         if not gluon_flags:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
-    if walk in ("gluon_ws", "gluon_ws2"):
-        from .walk_gluon_ws import ws_smem_bytes
-        ws_smem = ws_smem_bytes(K, V, BT)
-        values = (128,) if walk == "gluon_ws2" else (64, 128)
-        if not (f16 and P == 1 and (pieces or 1) == 1 and BT == 64 and K in (64, 128) and V in values
-                and ws_smem <= 227 * 1024 and _tma_ready(v)):
-            raise ValueError(f"walk={walk!r} needs the fp16 walk (operands='fp16' applies), one segment, one "
-                             f"piece, chunk_size 64, K of 64 or 128, V in {values}, v 16-byte aligned and its "
-                             f"shared memory within 227 KiB ({ws_smem} B)")
-        if not gluon_ready():
-            raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
-                             "kernels have no interpreter")
-        pieces = 1
-    if ws_bound_tau and walk != "gluon_ws":
-        raise ValueError(f"ws_bound_tau=True applies to walk='gluon_ws' only, got walk={walk!r}")
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
@@ -509,11 +505,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                        seq_order if cu_seqlens is not None and longest_first else None, done,
                        flag_group if done is not None else 1)
             return
-        if walk in ("gluon_ws", "gluon_ws2"):     # all chunks from h0 in one launch, all V columns a program
-            from .walk_gluon_ws import walk_gluon_ws
-            walk_gluon_ws(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, cu_seqlens=cu_seqlens,
-                          seq_order=seq_order if cu_seqlens is not None and longest_first else None,
-                          bound_tau=ws_bound_tau, halves=2 if walk == "gluon_ws2" else 1)
+        if walk == "gluon_t":          # as "gluon", on the transposed state
+            from .walk_gluon_t import walk_gluon_t
+            walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages, cu_seqlens,
+                         seq_order if cu_seqlens is not None and longest_first else None, done,
+                         flag_group if done is not None else 1, exp_ftz)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

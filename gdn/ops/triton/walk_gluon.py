@@ -1,9 +1,11 @@
 """The fp16 state walk (gdn.ops.triton.walk_f16's chunk) in Gluon, with asynchronous matrix products.
 
-The default at the wide shapes, dense or packed, and at B = 1 from 256 chunks on, beside the WY
-pass (``walk=None`` in gdn.ops.triton.forward; ``walk="gluon"`` asks for it; benchmarks/NOTES.md
-v17-v20: 22-23% faster there than the Triton walk on an H200, 17% on packed sequences, 3-4% at B = 1
-from 16k tokens on, waiting on the WY pass's counts: WAIT; after it, in one piece, 8% slower).
+The default at B = 1 from 256 chunks on, beside the WY pass (``walk=None`` in
+gdn.ops.triton.forward; ``walk="gluon"`` asks for it; benchmarks/NOTES.md v17-v20: 3-4% faster there
+than the Triton walk on an H200 from 16k tokens on, waiting on the WY pass's counts: WAIT; after it,
+in one piece, 8% slower). It was the default at the wide shapes too (22-23% faster than the Triton
+walk there, 17% on packed sequences) until walk_gluon_t, the same walk on the transposed state, took
+them (v22: 11-14% faster again).
 Triton waits for every ``tl.dot`` of the walk's loop right after issuing it, five waits a chunk in
 series. Gluon issues warpgroup MMAs asynchronously and waits for a given number of them, so here
 only three products sit on the chain that carries the state, and the outputs' two ride beside it:
@@ -123,6 +125,35 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 
 
 @gluon.jit
+def first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
+                STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
+    """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
+    counted their groups done (done, at q/k head i_count's first value head: wy_kernel's SIGNAL)."""
+    if WAIT:
+        for j in gl.static_range(0, STAGES, GROUP):
+            if j < NT:
+                wait_group(done, i_n, i_count, j, NT, HV, GROUP, HV // H)
+    for c in gl.static_range(STAGES):
+        _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
+        _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
+        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+
+
+@gluon.jit
+def next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H: gl.constexpr, HV: gl.constexpr,
+           BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
+    """At chunk c's start: k of chunk c + STAGES into the slot chunk c - 1 used (its state update was
+    waited for), after its group's count with WAIT (its other tiles follow in the chunk, its decays a
+    chunk later)."""
+    if WAIT:
+        if ((c + STAGES) % GROUP == 0) & (c + STAGES < NT):
+            wait_group(done, i_n, i_count, c + STAGES, NT, HV, GROUP, HV // H)
+    _issue(c + STAGES, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
+
+
+@gluon.jit
 def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t):
     """The cumulative log-decays G [BT] of the chunk from token t0 (rows past T take G_last), its last
     token's G_last and its first's G_0; zeros for a chunk past the end (the loads ahead of the last)."""
@@ -227,26 +258,14 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
-    if WAIT:
-        i_count = counting_head(i_hv, H, HV, True)
-        for j in gl.static_range(0, STAGES, GROUP):    # the groups of the rings' first fills
-            if j < NT:
-                wait_group(done, i_n, i_count, j, NT, HV, GROUP, HV // H)
-    for c in gl.static_range(STAGES):               # the rings' first fills
-        _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
-        _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
-        _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
-        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+    i_count = counting_head(i_hv, H, HV, True)
+    first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
-        if WAIT:
-            # Chunk c + STAGES's loads start here (k's first), and its decays a chunk later.
-            if ((c + STAGES) % GROUP == 0) & (c + STAGES < NT):
-                wait_group(done, i_n, i_count, c + STAGES, NT, HV, GROUP, HV // H)
-        # k of chunk c + STAGES into the slot chunk c - 1 used (its state update was waited for).
-        _issue(c + STAGES, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
+        next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
         sk = c % KS
         row0 = (row_base + c * BT).to(gl.int64)

@@ -1,5 +1,6 @@
-"""The fp16 walk in Gluon (gdn.ops.triton.walk_gluon, walk="gluon", experimental): on a GPU against
-the float64 reference and the Triton walk; everywhere, the calls it refuses. Gluon kernels have no
+"""The fp16 walk in Gluon (gdn.ops.triton.walk_gluon, walk="gluon"; and walk_gluon_t's on the transposed
+state, walk="gluon_t", where it takes the same call): on a GPU against the float64 reference and the
+Triton walk; everywhere, the calls it refuses. Gluon kernels have no
 interpreter, so on a CPU machine only the refusals run here (and the kernel's sm_90 compile in
 test_compiled.py)."""
 import pytest
@@ -13,12 +14,25 @@ from tests.tolerances import assert_fp16_walk_close
 pytest.importorskip("triton")
 
 
+WALKS = ["gluon", "gluon_t", "gluon_t ftz"]       # a walk, and a knob of it
+BLOCKS = {"gluon": (32, 64), "gluon_t": (64,)}       # state columns a program
+SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}     # where the defaults pick other shapes
+KNOB = {"gluon_t ftz": dict(exp_ftz=True)}          # the v23 candidate's exponentials
+
+
+def _kernels():
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    return {"gluon": (walk_gluon, "walk_gluon_kernel"), "gluon_t": (walk_gluon_t, "walk_t_kernel")}
+
+
 HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("B, T, stages", [(1, 300, 3), (2, 256, 2), (2, 128, 1)])
-def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages):
+def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages, walk):
     """Partial last chunk at B = 1 (rows past the end read as zeros), whole chunks at B = 2, one to
     three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, with and
     without an initial state: o within bf16's rounding of the reference, S within fp16's, and both
@@ -27,20 +41,23 @@ def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages):
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True,
                                          seed=T, device="cuda")
     for h0 in (S0, None):
-        for block_v in (32, 64):
+        for block_v in BLOCKS[walk.split()[0]]:
+            if walk.startswith("gluon_t"):
+                stages = 1             # two programs an SM: one stage's rings
             call = dict(scale=64 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
                         pieces=1, block_v=block_v,
                         walk_stages=stages if block_v == 64 else max(stages, 2))   # refused: bf16 walk's v5 crash
             o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
-            o, S = triton_forward(q, k, v, g, beta, walk="gluon",
-                                  out=torch.full_like(v, float("nan")), **call)
+            o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")),
+                                  **call, **KNOB.get(walk, {}))
             o_t, S_t = triton_forward(q, k, v, g, beta, **call)
             assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("case", ["varlen", "varlen in launch order", "partial chunks at B = 3"])
-def test_gluon_walk_rows_of_the_next_sequence(case):
+def test_gluon_walk_rows_of_the_next_sequence(case, walk):
     """Where a sequence's last chunk reads rows of the next (MASK_ROWS): packed sequences with empty
     ones, one of a single token, lengths that end mid-chunk and one that ends on a chunk's edge,
     walked longest first or in launch order; and B = 3 with T = 200. Each sequence gets its own
@@ -58,7 +75,8 @@ def test_gluon_walk_rows_of_the_next_sequence(case):
                 longest_first=case != "varlen in launch order")
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True,
                                  cu_seqlens=None if cu is None else cu.cpu())
-    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+    o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")), **call,
+                          **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     if cu is not None:
@@ -66,29 +84,32 @@ def test_gluon_walk_rows_of_the_next_sequence(case):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("T", [4096, 8195])
-def test_gluon_walk_beside_the_wy_pass(T, monkeypatch):
+def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
     """At B = 1 with few heads, walk="gluon" runs beside the WY pass and waits on its counts (WAIT,
     overlap="flags"; T = 8195 ends in a partial chunk): the same results as the Triton walk, which does
     the same, and as the reference; no output row left unwritten (NaN-poisoned)."""
-    import gdn.ops.triton.walk_gluon as walk_gluon
     from gdn.ops.triton import triton_forward
+    module, kernel = _kernels()[walk.split()[0]]
     waits = []
-    spy_launches(monkeypatch, "walk_gluon_kernel", lambda grid, args, kw: waits.append(kw["WAIT"]), module=walk_gluon)
+    spy_launches(monkeypatch, kernel, lambda grid, args, kw: waits.append(kw["WAIT"]), module=module)
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, seed=T,
                                          device="cuda")
     # One segment: at so few heads the bf16 defaults would split the sequence instead (no fp16 walk).
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, num_segments=1)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
-    o, S = triton_forward(q, k, v, g, beta, walk="gluon", out=torch.full_like(v, float("nan")), **call)
+    o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")), **call,
+                          **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert waits == [True]
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("case", list(MAGNITUDES))
-def test_gluon_walk_scales_any_magnitude(case):
+def test_gluon_walk_scales_any_magnitude(case, walk):
     """tests.reference's magnitudes far outside fp16's range (test_walk_f16 runs them on the Triton
     walk): finite and as exact as at unit scale (a state erased within a chunk: relative to the state
     the chunk started from, assert_any_magnitude)."""
@@ -96,7 +117,8 @@ def test_gluon_walk_scales_any_magnitude(case):
     q, k, v, g, beta, S0 = inputs = magnitude_inputs(case, 64, "cuda")
     reference = magnitude_reference(inputs, 64)
     o, S = triton_forward(q, k, v, g, beta, scale=64 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, walk="gluon", num_segments=1, out=torch.full_like(v, float("nan")))
+                          use_qk_l2norm=True, walk=walk.split()[0], num_segments=1,
+                          out=torch.full_like(v, float("nan")), **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
     assert_any_magnitude(case, o, S, reference)
 
 
@@ -113,8 +135,10 @@ def test_gluon_walk_refusals(monkeypatch):
         return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, walk="gluon", **kw)
     q = torch.empty(1, 64, 1, 64, dtype=torch.bfloat16, device="meta")
     g = torch.zeros(1, 64, 1, device="meta")
-    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon', 'gluon_ws' or 'gluon_ws2'"):
+    with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_t'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
+    with pytest.raises(ValueError, match="exp_ftz=True applies to walk='gluon_t' only"):
+        forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="triton", exp_ftz=True)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
@@ -127,14 +151,15 @@ def test_gluon_walk_refusals(monkeypatch):
 
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
-    """walk=None takes the Gluon walk at K = 128 on a GPU where the defaults choose the wide walk (64
-    columns, one stage: batches x heads fill the SMs twice), dense or packed, whole chunks or not (rows
-    of the next sequence masked), and at B = 1 from 256 chunks on, beside the WY pass (waiting on its
-    counts); the Triton walk elsewhere: shorter sequences at B = 1, one piece or CUDA graphs' pieces
-    there, block_v or walk_stages given, other chunk sizes or K. Recorded, not run (meta tensors, as
-    on an sm_90 GPU with 132 SMs)."""
+    """walk=None takes a Gluon walk at K = 128 on a GPU: walk_gluon_t's where the defaults choose the
+    wide walk (64 columns, one stage: batches x heads fill the SMs twice), dense or packed, whole
+    chunks or not (rows of the next sequence masked), and walk_gluon's at B = 1 from 256 chunks on,
+    beside the WY pass (waiting on its counts); the Triton walk elsewhere: shorter sequences at B = 1,
+    one piece or CUDA graphs' pieces there, block_v or walk_stages given, other chunk sizes or K.
+    Recorded, not run (meta tensors, as on an sm_90 GPU with 132 SMs)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)
     monkeypatch.setattr(forward, "num_sms", lambda device: 132)
@@ -145,6 +170,10 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
         walks.append(("gluon", grid)),
         flags.append((kw["IS_VARLEN"], kw["LONGEST_FIRST"], kw["MASK_ROWS"], kw["WAIT"]))),
         run=False, module=walk_gluon)
+    spy_launches(monkeypatch, "walk_t_kernel", lambda grid, args, kw: (
+        walks.append(("gluon_t", grid)),
+        flags.append((kw["IS_VARLEN"], kw["LONGEST_FIRST"], kw["MASK_ROWS"], kw["WAIT"]))),
+        run=False, module=walk_gluon_t)
     signals = []
     spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: signals.append(kw["SIGNAL"]), run=False)
 
@@ -155,8 +184,8 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
         walks.clear()
         forward.triton_forward(q, q, v, g, g, scale=K ** -0.5, use_qk_l2norm=True, output_final_state=True, **kw)
         return walks
-    assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]           # 64 columns: 2 programs a head
-    assert walk(32, 256) == [("gluon", (2 * 32 * 32,))]
+    assert walk(8, 4096) == [("gluon_t", (2 * 8 * 32,))]         # 64 columns: 2 programs a head
+    assert walk(32, 256) == [("gluon_t", (2 * 32 * 32,))]
     assert walk(8, 4096, K=64) == ["triton"]                        # only the measured K = 128 by default
     assert walk(8, 4096, K=64, walk="gluon") == [("gluon", (2 * 8 * 32,))]
     assert walk(1, 8192) == ["triton"]                              # B = 1 below 256 chunks
@@ -169,17 +198,18 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(1, 8192, walk="gluon", pieces=1) == [("gluon", (4 * 32,))]     # 32 columns, asked for
     cu = torch.empty(65, dtype=torch.int32, device="meta")        # 64 sequences: the wide walk
     flags.clear()
-    assert walk(1, 4096, cu_seqlens=cu) == [("gluon", (2 * 64 * 32,))]
-    assert walk(1, 4096, cu_seqlens=cu, longest_first=False) == [("gluon", (2 * 64 * 32,))]
-    assert walk(8, 4000) == [("gluon", (2 * 8 * 32,))]            # a partial chunk at B > 1
-    assert walk(8, 4096) == [("gluon", (2 * 8 * 32,))]
+    assert walk(1, 4096, cu_seqlens=cu) == [("gluon_t", (2 * 64 * 32,))]
+    assert walk(1, 4096, cu_seqlens=cu, longest_first=False) == [("gluon_t", (2 * 64 * 32,))]
+    assert walk(8, 4000) == [("gluon_t", (2 * 8 * 32,))]          # a partial chunk at B > 1
+    assert walk(8, 4096) == [("gluon_t", (2 * 8 * 32,))]
+    assert walk(8, 4096, walk="gluon") == [("gluon", (2 * 8 * 32,))]    # walk_gluon's, asked for
     signals.clear()
     assert walk(1, 16384) == [("gluon", (4 * 32,))]                 # beside the WY pass: its counts
     assert walk(1, 65536) == [("gluon", (4 * 32,))]
     assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]
     assert flags == [(True, True, True, False), (True, False, True, False), (False, False, True, False),
-                     (False, False, False, False), (False, False, False, True), (False, False, False, True),
-                     (False, False, False, True)]
+                     (False, False, False, False), (False, False, False, False), (False, False, False, True),
+                     (False, False, False, True), (False, False, False, True)]
     assert signals == [True, True, True]
     with pytest.raises(ValueError, match="walk='gluon' needs"):
         walk(1, 8192, walk="gluon", pieces=4, overlap="pieces")     # the pieces overlap: not Gluon's

@@ -1,0 +1,222 @@
+"""The fp16 state walk in Gluon on the transposed state: every product on the state's chain takes its
+left operand from registers (``walk="gluon_t"``; the default at the wide shapes since v22: 11-14%
+faster there than walk_gluon on an H200, benchmarks/NOTES.md v22).
+
+walk_gluon holds S [K, BV] and forms k S and q S with the state as the right operand, which a
+warpgroup MMA reads from shared memory only; so every chunk stores three tiles to shared memory on
+the chain (the state's fp16 copy, Z, then U and Uc), each behind a fence and a barrier. Here the
+program holds S^T [BV, K] (the BV value columns as rows) and forms the transposed products
+
+    (k S)^T = S^T k^T      (q S)^T = S^T q^T        A: S^T in registers, B: k, q permuted
+    U^T = Z^T (T diag(beta))^T                       A: Z^T in registers, B: T permuted
+    o^T = e^G (q S)^T + U^T P^T                      A: U^T in registers, B: P permuted
+    S^T <- e^{G_C} S^T + (e^{G_C - G} U)^T k         A: Uc^T in registers, B: k
+
+The accumulator of [M, N] fp32 converted to fp16 is already the left operand's layout of a product
+over N, so none of the four left operands moves: the chain is three products and the element-wise
+work between them, with nothing stored. Only the output goes through shared memory (o^T stored
+transposed into a [BT, BV] tile, written by TMA).
+
+Each value column of the state walks on its own (the delta rule never mixes them), so here each has
+its own scales: sigma, tau and the next sigma are [BV] vectors, one a row of S^T, from that row's
+maxima (a reduction over the four threads that hold a row: two shuffles, no shared memory and no
+barrier). They are walk_f16's scales taken per column, never coarser, so each column keeps at least
+walk_f16's bits. Ratios of scales that meet a gate's decay are formed so that no factor overflows:
+e^G tau / sigma = e^{G - G_0} (<= 1, per token) times e^{G_0} tau / sigma (<= 2, per column, one
+exponent), and the state's update is folded into one scaling of each side: S^T e^{G_C} sigma' /
+sigma (one exponent, <= 2) plus (Uc sigma' / tau)^T k (a power of two on fp16: the same bits as Uc's).
+
+Launch as walk_gluon's: one warpgroup a program over BV = 64 columns, two programs an SM (one stage:
+80 KB of shared memory each), the same rings, WAIT and MASK_ROWS. The matrix units' 64 rows make 64
+columns the least a program takes, so at B = 1 (32 columns a program there) walk_gluon stays.
+Registers: at 255 a thread nothing spills (dense; 4 B outside the loop when packed); a [BV, BT] fp32
+tile held from Z to o's product made ptxas spill the next chunk's decays, whose spill stores then
+waited for their loads (NOTES.md v22: the op 11% slower at B8 x T4k).
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma, warpgroup_mma, warpgroup_mma_wait
+
+from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
+                         program_rows, walk_launch)
+from .wy import counting_head
+
+
+@gluon.jit
+def _exp(x, FTZ: gl.constexpr):
+    """e^x; with FTZ as 2^(x log2 e) by Triton's exp2, whose ex2 flushes results below 2^-126 to zero
+    (a v23 candidate, compiled only). Triton's exp keeps them subnormal, with a compare, two
+    multiplies and a select around each ex2: ~100 of a chunk's 1368 instructions here (1266 with
+    FTZ). Each exponential here is a decay: one below 2^-126 weighs nothing beside the terms it is
+    added to (the walk's two exp2 of ratios of scales flush so already)."""
+    if FTZ:
+        return gl.exp2(x * _LOG2E)
+    else:
+        return gl.exp(x)
+
+
+@gluon.jit
+def _row_max(x):
+    """max |x| along each row of a 2-D tile (an empty row, or all zeros: 0)."""
+    return gl.max(gl.abs(x), 1)
+
+
+@gluon.jit
+def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, scale, T,
+                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                  BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
+                  HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
+                  LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
+                  GROUP: gl.constexpr, EXP_FTZ: gl.constexpr, num_warps: gl.constexpr):
+    """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
+    docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
+    [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
+    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,)."""
+    KS: gl.constexpr = STAGES + 1
+    i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
+        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+
+    # [BV, K] tiles (S^T) and [BV, BT] tiles ((k S)^T, (q S)^T, Z^T, U^T, o^T) in the accumulator's
+    # layouts; the left operands of products over BT (a_t) and over K (a_s) in the same registers.
+    acc_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, K, 16])
+    acc_t: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, BT, 16])
+    a_t: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_t, k_width=2)
+    a_s: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2)
+    col_l: gl.constexpr = gl.SliceLayout(1, acc_t)      # [BV]: one entry a value column (a row here)
+    tok_l: gl.constexpr = gl.SliceLayout(0, acc_t)      # [BT]: one entry a token of the chunk
+    scol_l: gl.constexpr = gl.SliceLayout(1, acc_s)
+    key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
+    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # 16-byte row pieces
+
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
+    o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
+
+    # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
+    o_k = gl.arange(0, K, layout=key_l)
+    o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
+    i_state = i_nh.to(gl.int64) * K * V
+    if HAS_H0:
+        b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None])
+        b_sig = pow2_below_inverse(_row_max(b_S))
+        b_S = b_S * b_sig[:, None]
+    else:
+        b_S = gl.zeros([BV, K], gl.float32, acc_s)
+        b_sig = gl.full([BV], 1.0, gl.float32, scol_l)
+    o_t = gl.arange(0, BT, layout=tok_l)
+    b_zero = gl.zeros([BV, BT], gl.float32, acc_t)
+
+    i_count = counting_head(i_hv, H, HV, True)
+    first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
+    for c in range(0, NT):
+        next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+        st = c % STAGES
+        sk = c % KS
+        m_t = (c * BT + o_t) < T
+        b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
+
+        b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
+        # Each column's largest state entry, before the products: b_S's registers read while a product
+        # with register operands runs make ptxas wait for it.
+        b_mS = gl.convert_layout(_row_max(b_S) * (1.0 / b_sig), col_l)
+        _wait(k_bars, c, KS)
+        b_kS = warpgroup_mma(b_s16, k_s.index(sk).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+        _wait(qt_bars, c, STAGES)
+        b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+        # Beside the products: each column's tau from its max |v| and its state's largest entry.
+        _wait(v_bars, c, STAGES)
+        b_v = v_s.index(st).permute((1, 0)).load(acc_t).to(gl.float32)
+        if MASK_ROWS:
+            # Rows of the next sequence: out of tau's max (a factor a token: a select a token and
+            # column would cost a predicate each), and out of the state's update below. Their Z and U
+            # reach no output row of this sequence (T diag(beta) and P are causal).
+            b_mv = _row_max(b_v * m_t.to(gl.float32)[None, :])
+        else:
+            b_mv = _row_max(b_v)
+        b_tau = pow2_below_inverse(gl.maximum(b_mv, b_mS * _exp(b_G0, EXP_FTZ)))
+        b_lsig = gl.convert_layout(log2_pow2(b_sig), col_l)
+        b_ld = log2_pow2(b_tau) - b_lsig
+        # e^G tau / sigma = e^{G - G_0} (tokens) x e^{G_0} tau / sigma (columns), neither overflowing.
+        # (Kept as its two vectors, not as a [BV, BT] tile: live until o's product, that tile's 32
+        # registers a thread made ptxas spill.)
+        b_aG = gl.exp2(b_G0 * _LOG2E + b_ld)
+        b_eT = _exp(b_G - b_G0, EXP_FTZ)
+        b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))
+        b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
+        _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
+        b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
+                            use_acc=False, is_async=True)
+        b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        b_dc = _exp(b_G_last - b_G, EXP_FTZ)
+        if MASK_ROWS:
+            b_dc = gl.where(m_t, b_dc, 0.0)
+        b_Uc = b_U * b_dc[None, :]
+        # The next sigma, column by column (walk_f16.state_bound's two parts).
+        b_sig_next = pow2_below_inverse(gl.maximum(_exp(b_G_last, EXP_FTZ) * b_mS,
+                                                   4.0 * _row_max(b_Uc) * (1.0 / b_tau)))
+        _wait(p_bars, c, STAGES)
+        b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
+                            b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
+        # S'^ = S^ e^{G_C} sigma' / sigma + (Uc sigma' / tau)^T k: both factors at most ~2.
+        b_lsn = log2_pow2(b_sig_next)
+        b_fU = pow2_of(b_lsn - log2_pow2(b_tau))
+        b_fS = gl.convert_layout(gl.exp2(b_G_last * _LOG2E + b_lsn - b_lsig), scol_l)
+        b_uc16 = gl.convert_layout((b_Uc * b_fU[:, None]).to(gl.float16), a_s)
+        b_Sn = warpgroup_mma(b_uc16, k_s.index(sk), b_S * b_fS[:, None], is_async=True)
+        b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
+        _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        # o^T / tau into the [BT, BV] tile (transposed), then to o by TMA (rows past the tensor's end
+        # are not written); with MASK_ROWS a last chunk that ends inside the tile waits for the loop's
+        # end (masked stores there, out of the loop's registers).
+        tma.store_wait(0)                          # the tile's last chunk has left it
+        o_s.permute((1, 0)).store((b_o * (1.0 / b_tau)[:, None]).to(d_o.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        if MASK_ROWS:
+            whole = c * BT + BT <= T
+        else:
+            whole = c >= 0
+        if whole:
+            tma.async_copy_shared_to_global(d_o, [row_base + c * BT, col_v], o_s)
+        b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
+        b_sig = gl.convert_layout(b_sig_next, scol_l)
+
+    tma.store_wait(0)
+    if MASK_ROWS:
+        if T % BT != 0:                            # the last chunk's tile, still in o_s
+            b_out = o_s.load(out_l)
+            r_o = (NT - 1) * BT + gl.arange(0, BT, layout=gl.SliceLayout(1, out_l))
+            c_o = gl.arange(0, BV, layout=gl.SliceLayout(0, out_l))
+            p_o = o + (row_base + r_o).to(gl.int64)[:, None] * (HV * V) + (col_v + c_o)[None, :]
+            gl.store(p_o, b_out, mask=(r_o < T)[:, None])
+    _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
+    if STORE_FINAL:
+        gl.store(ht + i_state + o_k[None, :] * V + o_vs[:, None], b_S * (1.0 / b_sig)[:, None])
+
+
+def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
+                 done=None, group=1, exp_ftz=False):
+    """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
+    no register cap: two programs an SM at one stage); exp_ftz: its EXP_FTZ (_exp). The launcher
+    (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
+    B, T, _, K = qn.shape
+    V = v.shape[-1]
+    if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
+        raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
+                         f"got {BT}, {BV}, {K}, {V}")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV)
+    if done is not None and flags["MASK_ROWS"]:
+        raise ValueError("walk='gluon_t' waits on the WY pass's counts (done) only where no chunk reads another "
+                         "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
+    d_o = _rows(o, [BT, BV])
+    walk_t_kernel[(V // BV * N * HV,)](
+        *args[:5], d_o, *args[5:], o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV,
+        STAGES=stages, WAIT=done is not None, GROUP=group, EXP_FTZ=exp_ftz, **flags, num_warps=4)
