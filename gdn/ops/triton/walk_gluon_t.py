@@ -134,13 +134,12 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).permute((1, 0)).load(acc_t).to(gl.float32)
         if MASK_ROWS:
-            # Rows of the next sequence: out of tau's max (a factor a token: a select a token and
-            # column would cost a predicate each), and out of the state's update below. Their Z and U
-            # reach no output row of this sequence (T diag(beta) and P are causal).
-            b_mv = _row_max(b_v * m_t.to(gl.float32)[None, :])
-        else:
-            b_mv = _row_max(b_v)
-        b_tau = pow2_below_inverse(gl.maximum(b_mv, b_mS * _exp(b_G0, EXP_FTZ)))
+            # Rows of the next sequence: zeros here (so that their Z and U stay finite: an infinity
+            # there would meet the causal zeros of T diag(beta) and P as NaN), and out of the
+            # state's update below. Then they reach no output row of this sequence.
+            if c * BT + BT > T:                     # only a last chunk has such rows
+                b_v = gl.where(m_t[None, :], b_v, 0.0)
+        b_tau = pow2_below_inverse(gl.maximum(_row_max(b_v), b_mS * _exp(b_G0, EXP_FTZ)))
         b_lsig = gl.convert_layout(log2_pow2(b_sig), col_l)
         b_ld = log2_pow2(b_tau) - b_lsig
         # e^G tau / sigma = e^{G - G_0} (tokens) x e^{G_0} tau / sigma (columns), neither overflowing.

@@ -56,21 +56,31 @@ def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages, walk):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("walk", WALKS)
-@pytest.mark.parametrize("case", ["varlen", "varlen in launch order", "partial chunks at B = 3"])
+@pytest.mark.parametrize("case", ["varlen", "varlen in launch order", "partial chunks at B = 3",
+                                  "a louder next sequence"])
 def test_gluon_walk_rows_of_the_next_sequence(case, walk):
     """Where a sequence's last chunk reads rows of the next (MASK_ROWS): packed sequences with empty
     ones, one of a single token, lengths that end mid-chunk and one that ends on a chunk's edge,
-    walked longest first or in launch order; and B = 3 with T = 200. Each sequence gets its own
-    outputs and state (against the reference and the Triton walk), the empty ones keep theirs, and no
-    output row is left unwritten (NaN-poisoned)."""
+    walked longest first or in launch order; B = 3 with T = 200; and a next sequence whose values are
+    1e6 times the last chunk's own (they must be zeroed, not merely left out of the scales). Each
+    sequence gets its own outputs and state (against the reference and the Triton walk), the empty
+    ones keep theirs, and no output row is left unwritten (NaN-poisoned)."""
     from gdn.ops.triton import triton_forward
     if case == "partial chunks at B = 3":
         cu, B, T, N = None, 3, 200, 3
+    elif case == "a louder next sequence":
+        cu = torch.tensor([0, 100, 300], dtype=torch.int32, device="cuda")
+        B, T, N = 1, 300, 2
     else:
         cu = torch.tensor([0, 0, 17, 18, 146, 146, 275, 400], dtype=torch.int32, device="cuda")
         B, T, N = 1, 400, 7
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, N=N,
                                          seed=7, device="cuda")
+    if case == "a louder next sequence":
+        # The first sequence's last chunk reads the second's rows, 1e6 larger than its own values:
+        # scaled by the first's tau they pass fp16's range (their zeros must be exact).
+        v[:, 100:] *= 1e6
+        S0[1] *= 1e6
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, cu_seqlens=cu,
                 longest_first=case != "varlen in launch order")
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True,
@@ -78,6 +88,10 @@ def test_gluon_walk_rows_of_the_next_sequence(case, walk):
     o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")), **call,
                           **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
+    if case == "a louder next sequence":
+        for n, (a, b) in enumerate([(0, 100), (100, 300)]):      # each at its own scale
+            assert_fp16_walk_close(o[:, a:b], S[n], o_ref[:, a:b], S_ref[n], o_t[:, a:b], S_t[n])
+        return
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     if cu is not None:
         assert torch.equal(S[0], S0[0]) and torch.equal(S[4], S0[4])    # the empty sequences
