@@ -31,20 +31,22 @@ HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("walk", WALKS)
-@pytest.mark.parametrize("B, T, stages", [(1, 300, 3), (2, 256, 2), (2, 128, 1)])
-def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages, walk):
+@pytest.mark.parametrize("B, T, stages, dim", [(1, 300, 3, 64), (2, 256, 2, 64), (2, 128, 1, 64),
+                                              (2, 200, 2, 128)])
+def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages, dim, walk):
     """Partial last chunk at B = 1 (rows past the end read as zeros), whole chunks at B = 2, one to
-    three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, with and
-    without an initial state: o within bf16's rounding of the reference, S within fp16's, and both
-    close to the Triton walk's (the same products, summed in another order)."""
+    three stages (one only at 64 columns, as the launcher allows), 32 and 64 state columns, K = V = 64
+    and 128 (two or more programs a head), with and without an initial state: o within bf16's
+    rounding of the reference, S within fp16's, and both close to the Triton walk's (the same
+    products, summed in another order)."""
     from gdn.ops.triton import triton_forward
-    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True,
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, dim, dim, dtype=torch.bfloat16, initial_state=True,
                                          seed=T, device="cuda")
     for h0 in (S0, None):
         for block_v in BLOCKS[walk.split()[0]]:
             if walk.startswith("gluon_t"):
                 stages = 1             # two programs an SM: one stage's rings
-            call = dict(scale=64 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
+            call = dict(scale=dim ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
                         pieces=1, block_v=block_v,
                         walk_stages=stages if block_v == 64 else max(stages, 2))   # refused: bf16 walk's v5 crash
             o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
