@@ -159,15 +159,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     K of 64, 128 or 256, 4 warps, an sm_90 GPU. ``walk="gluon_t"``: gdn.ops.triton.walk_gluon_t's
     kernel, the same walk on the transposed state (every product on the state's chain takes its left
     operand from registers; per-column scales), as "gluon" with block_v 64 (the matrix units' 64 rows)
-    and K of 64 or 128; beside the WY pass at one stage; ``exp_ftz`` its decays by exp2, flushing results
-    below 2^-126 to zero (a v23 candidate: 7% fewer instructions a chunk, not yet run on a GPU). None
-    (default), at K = 128: "gluon_t" where
-    the defaults take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice),
-    dense or packed, whole chunks or not, 11-14% faster there than "gluon" on an H200 (v22), itself
-    22-23% faster than "triton" (v18; packed 17%, v19); "gluon" where it runs beside the WY pass
-    (flags: few sequences x heads, 32 columns, three stages) from 256 chunks a sequence on, 3-4% faster
-    there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1, where the
-    Gluon launch's host time showed; the interpreter).
+    and K of 64 or 128; beside the WY pass at one stage. ``exp_ftz`` (walk_gluon_t only): its decays
+    by exp2, which flushes results below 2^-126 to zero (a v23 candidate: 7% fewer instructions a
+    chunk, not yet run on a GPU). None (default), at K = 128: "gluon_t" where the defaults take the
+    wide walk (64 columns, one stage: sequences x heads fill the SMs twice), dense or packed, whole
+    chunks or not, 11-14% faster there than "gluon" on an H200 (v22), itself 22-23% faster than
+    "triton" (v18; packed 17%, v19); "gluon" where it runs beside the WY pass (flags: few sequences x
+    heads, 32 columns, three stages) from 256 chunks a sequence on, 3-4% faster there (v19-v20,
+    correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1, where the Gluon launch's
+    host time showed; the interpreter).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
