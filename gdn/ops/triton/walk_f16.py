@@ -88,18 +88,32 @@ def pow2_of(d):
 
 
 @triton.jit
+def tau_of(m_v, b_mS, b_eG0):
+    """tau, the power of two that scales Z = v - e^G k S and U (module docstring), from max |v| (m_v)
+    and the state's largest entry b_mS (or a bound on it) times e^{G_0} (b_eG0; e^G <= e^{G_0} with
+    g <= 0). Elementwise: one tau a tile, or one a column (walk_gluon_t's)."""
+    return pow2_below_inverse(tl.maximum(m_v, b_mS * b_eG0))
+
+
+@triton.jit
+def bound_of(b_gamma, b_mS, m_Uc, b_tau):
+    """The next state's size from its two parts, the decayed state e^{G_C} max |S| (b_gamma b_mS) and
+    4 max |U| (each entry of k_n^T U is at most BT |U|, so the next sigma S stays below 1 + BT / 4);
+    m_Uc is max |e^{G_C - G} U| at scale tau. pow2_below_inverse of it is the next sigma.
+    Elementwise, as tau_of."""
+    return tl.maximum(b_gamma * b_mS, 4.0 * m_Uc * (1.0 / b_tau))
+
+
+@triton.jit
 def z_scale(b_v, b_mS, b_G0):
-    """tau, the power of two that scales Z = v - e^G k S and U (module docstring): from max |v| and the
-    state's largest entry b_mS (or a bound on it) times e^{G_0} (e^G <= e^{G_0} with g <= 0)."""
-    return pow2_below_inverse(tl.maximum(tile_max(b_v), b_mS * tl.exp(b_G0)))
+    """tau_of for a whole tile of values b_v and the chunk's first cumulative log-decay b_G0."""
+    return tau_of(tile_max(b_v), b_mS, tl.exp(b_G0))
 
 
 @triton.jit
 def state_bound(b_G_last, b_mS, b_Uc, b_tau):
-    """The next state's size from its two parts, the decayed state e^{G_C} max |S| and 4 max |U| (each
-    entry of k_n^T U is at most BT |U|, so the next sigma S stays below 1 + BT / 4); b_Uc is
-    e^{G_C - G} U at scale tau. pow2_below_inverse of it is the next sigma."""
-    return tl.maximum(tl.exp(b_G_last) * b_mS, 4.0 * tile_max(b_Uc) * (1.0 / b_tau))
+    """bound_of for a whole tile b_Uc and the chunk's last cumulative log-decay b_G_last."""
+    return bound_of(tl.exp(b_G_last), b_mS, tile_max(b_Uc), b_tau)
 
 
 @triton.jit

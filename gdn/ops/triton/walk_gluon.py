@@ -125,11 +125,13 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 
 
 @gluon.jit
-def first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+def first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
                 v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
                 STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
     """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
-    counted their groups done (done, at q/k head i_count's first value head: wy_kernel's SIGNAL)."""
+    counted their groups done (done, at value head i_hv's q/k head's first value head, i_count:
+    wy_kernel's SIGNAL). Returns i_count, for next_k."""
+    i_count = counting_head(i_hv, H, HV, True)
     if WAIT:
         for j in gl.static_range(0, STAGES, GROUP):
             if j < NT:
@@ -139,6 +141,7 @@ def first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_q
         _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
         _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+    return i_count
 
 
 @gluon.jit
@@ -258,8 +261,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
-    i_count = counting_head(i_hv, H, HV, True)
-    first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+    i_count = first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
                 v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
@@ -331,19 +333,25 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x2, block, _tile_layout(tuple(block), x.dtype))
 
 
-def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV):
+def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk):
     """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
     leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, o, h0, ht,
     cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
     STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
-    rows, in packed sequences or dense ones whose T is not a multiple of BT)."""
+    rows, in packed sequences or dense ones whose T is not a multiple of BT). Refuses the WY pass's
+    counts (done) with MASK_ROWS: the next sequence's rows are read before its WY programs are
+    waited for (walk names the walk in the error)."""
     B, T, _, K = qn.shape
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
+    mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
+    if done is not None and mask_rows:
+        raise ValueError(f"walk={walk!r} waits on the WY pass's counts (done) only where no chunk reads another "
+                         "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
     args = (_rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
             Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
             o if seq_order is None else seq_order)
     flags = dict(HAS_H0=h0 is not None, STORE_FINAL=ht is not None, IS_VARLEN=cu_seqlens is not None,
-                 LONGEST_FIRST=seq_order is not None, MASK_ROWS=cu_seqlens is not None or (B > 1 and T % BT != 0))
+                 LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows)
     return N, args, flags
 
 
@@ -361,10 +369,7 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV)
-    if done is not None and flags["MASK_ROWS"]:
-        raise ValueError("walk='gluon' waits on the WY pass's counts (done) only where no chunk reads another "
-                         "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon")
     walk_gluon_kernel[(V // BV * N * HV,)](
         *args, o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages,
         WAIT=done is not None, GROUP=group, **flags, num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))

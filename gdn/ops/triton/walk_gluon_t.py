@@ -39,10 +39,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma, warpgroup_mma, warpgroup_mma_wait
 
-from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of
+from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
                          program_rows, walk_launch)
-from .wy import counting_head
 
 
 @gluon.jit
@@ -110,8 +109,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     o_t = gl.arange(0, BT, layout=tok_l)
     b_zero = gl.zeros([BV, BT], gl.float32, acc_t)
 
-    i_count = counting_head(i_hv, H, HV, True)
-    first_fills(done, i_n, i_count, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
+    i_count = first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
                 v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
@@ -139,7 +137,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             # state's update below. Then they reach no output row of this sequence.
             if c * BT + BT > T:                     # only a last chunk has such rows
                 b_v = gl.where(m_t[None, :], b_v, 0.0)
-        b_tau = pow2_below_inverse(gl.maximum(_row_max(b_v), b_mS * _exp(b_G0, EXP_FTZ)))
+        b_tau = tau_of(_row_max(b_v), b_mS, _exp(b_G0, EXP_FTZ))
         b_lsig = gl.convert_layout(log2_pow2(b_sig), col_l)
         b_ld = log2_pow2(b_tau) - b_lsig
         # e^G tau / sigma = e^{G - G_0} (tokens) x e^{G_0} tau / sigma (columns), neither overflowing.
@@ -158,9 +156,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         if MASK_ROWS:
             b_dc = gl.where(m_t, b_dc, 0.0)
         b_Uc = b_U * b_dc[None, :]
-        # The next sigma, column by column (walk_f16.state_bound's two parts).
-        b_sig_next = pow2_below_inverse(gl.maximum(_exp(b_G_last, EXP_FTZ) * b_mS,
-                                                   4.0 * _row_max(b_Uc) * (1.0 / b_tau)))
+        # The next sigma, column by column.
+        b_sig_next = pow2_below_inverse(bound_of(_exp(b_G_last, EXP_FTZ), b_mS, _row_max(b_Uc), b_tau))
         _wait(p_bars, c, STAGES)
         b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
                             b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
@@ -211,10 +208,7 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV)
-    if done is not None and flags["MASK_ROWS"]:
-        raise ValueError("walk='gluon_t' waits on the WY pass's counts (done) only where no chunk reads another "
-                         "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t")
     d_o = _rows(o, [BT, BV])
     walk_t_kernel[(V // BV * N * HV,)](
         *args[:5], d_o, *args[5:], o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV,

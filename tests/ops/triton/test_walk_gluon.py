@@ -20,6 +20,12 @@ SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}     # where th
 KNOB = {"gluon_t ftz": dict(exp_ftz=True)}          # the v23 candidate's exponentials
 
 
+def _walk(variant, shape=True):
+    """A WALKS entry as triton_forward's keywords: the walk, its knob and (shape) the shape it takes."""
+    name = variant.split()[0]
+    return dict(walk=name, **(SHAPE[name] if shape else {}), **KNOB.get(variant, {}))
+
+
 def _kernels():
     import gdn.ops.triton.walk_gluon as walk_gluon
     import gdn.ops.triton.walk_gluon_t as walk_gluon_t
@@ -43,15 +49,15 @@ def test_gluon_walk_matches_reference_and_triton_walk(B, T, stages, dim, walk):
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, dim, dim, dtype=torch.bfloat16, initial_state=True,
                                          seed=T, device="cuda")
     for h0 in (S0, None):
-        for block_v in BLOCKS[walk.split()[0]]:
+        for block_v in BLOCKS[_walk(walk)["walk"]]:
             if walk.startswith("gluon_t"):
                 stages = 1             # two programs an SM: one stage's rings
             call = dict(scale=dim ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=True,
                         pieces=1, block_v=block_v,
                         walk_stages=stages if block_v == 64 else max(stages, 2))   # refused: bf16 walk's v5 crash
             o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
-            o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")),
-                                  **call, **KNOB.get(walk, {}))
+            o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call,
+                                  **_walk(walk, shape=False))
             o_t, S_t = triton_forward(q, k, v, g, beta, **call)
             assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
 
@@ -87,8 +93,7 @@ def test_gluon_walk_rows_of_the_next_sequence(case, walk):
                 longest_first=case != "varlen in launch order")
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True,
                                  cu_seqlens=None if cu is None else cu.cpu())
-    o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")), **call,
-                          **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call, **_walk(walk))
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     if case == "a louder next sequence":
         for n, (a, b) in enumerate([(0, 100), (100, 300)]):      # each at its own scale
@@ -107,7 +112,7 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
     overlap="flags"; T = 8195 ends in a partial chunk): the same results as the Triton walk, which does
     the same, and as the reference; no output row left unwritten (NaN-poisoned)."""
     from gdn.ops.triton import triton_forward
-    module, kernel = _kernels()[walk.split()[0]]
+    module, kernel = _kernels()[_walk(walk)["walk"]]
     waits = []
     spy_launches(monkeypatch, kernel, lambda grid, args, kw: waits.append(kw["WAIT"]), module=module)
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, seed=T,
@@ -115,8 +120,7 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
     # One segment: at so few heads the bf16 defaults would split the sequence instead (no fp16 walk).
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, num_segments=1)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
-    o, S = triton_forward(q, k, v, g, beta, walk=walk.split()[0], out=torch.full_like(v, float("nan")), **call,
-                          **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call, **_walk(walk))
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert waits == [True]
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
@@ -133,8 +137,7 @@ def test_gluon_walk_scales_any_magnitude(case, walk):
     q, k, v, g, beta, S0 = inputs = magnitude_inputs(case, 64, "cuda")
     reference = magnitude_reference(inputs, 64)
     o, S = triton_forward(q, k, v, g, beta, scale=64 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, walk=walk.split()[0], num_segments=1,
-                          out=torch.full_like(v, float("nan")), **SHAPE[walk.split()[0]], **KNOB.get(walk, {}))
+                          use_qk_l2norm=True, num_segments=1, out=torch.full_like(v, float("nan")), **_walk(walk))
     assert_any_magnitude(case, o, S, reference)
 
 
