@@ -115,8 +115,6 @@ CONFIGS = {
     # B = 1: after the WY pass, or beside it; both slower there than "gluon walk beside", v22)
     "gluon t": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1),
     "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
-    # v23 candidate: its decays by exp2, flushing below 2^-126 (1266 loop instructions against 1368)
-    "gluon t ftz": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, exp_ftz=True),
     "triton walk": dict(walk="triton"),
 }
 

@@ -95,7 +95,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, exp_ftz=False, out=None):
+                   operands=None, walk=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -159,15 +159,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     K of 64, 128 or 256, 4 warps, an sm_90 GPU. ``walk="gluon_t"``: gdn.ops.triton.walk_gluon_t's
     kernel, the same walk on the transposed state (every product on the state's chain takes its left
     operand from registers; per-column scales), as "gluon" with block_v 64 (the matrix units' 64 rows)
-    and K of 64 or 128; beside the WY pass at one stage. ``exp_ftz`` (walk_gluon_t only): its decays
-    by exp2, which flushes results below 2^-126 to zero (a v23 candidate: 7% fewer instructions a
-    chunk, not yet run on a GPU). None (default), at K = 128: "gluon_t" where the defaults take the
-    wide walk (64 columns, one stage: sequences x heads fill the SMs twice), dense or packed, whole
-    chunks or not, 11-14% faster there than "gluon" on an H200 (v22), itself 22-23% faster than
-    "triton" (v18; packed 17%, v19); "gluon" where it runs beside the WY pass (flags: few sequences x
-    heads, 32 columns, three stages) from 256 chunks a sequence on, 3-4% faster there (v19-v20,
-    correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1, where the Gluon launch's
-    host time showed; the interpreter).
+    and K of 64 or 128; beside the WY pass at one stage. None (default), at K = 128: "gluon_t" where
+    the defaults take the wide walk (64 columns, one stage: sequences x heads fill the SMs twice),
+    dense or packed, whole chunks or not, 11-14% faster there than "gluon" on an H200 (v22), itself
+    22-23% faster than "triton" (v18; packed 17%, v19); "gluon" where it runs beside the WY pass
+    (flags: few sequences x heads, 32 columns, three stages) from 256 chunks a sequence on, 3-4%
+    faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1,
+    where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
+    which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -417,8 +416,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         walk = "triton"
         if (wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready():
             walk = "gluon_t" if wide_gluon else "gluon"
-    if exp_ftz and walk != "gluon_t":
-        raise ValueError(f"exp_ftz=True applies to walk='gluon_t' only, got walk={walk!r}")
     if walk == "gluon_t" and not (BV == 64 and K in (64, 128)):
         raise ValueError(f"walk='gluon_t' needs block_v 64 and K of 64 or 128, got block_v={BV}, K={K}")
     if walk in ("gluon", "gluon_t"):
@@ -509,7 +506,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and longest_first else None, done,
-                         flag_group if done is not None else 1, exp_ftz)
+                         flag_group if done is not None else 1)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

@@ -65,6 +65,16 @@ _LOG2E = tl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
 
 
 @triton.jit
+def exp_ftz(x):
+    """e^x as 2^(x log2 e) by Triton's exp2, whose ex2 flushes results below 2^-126 to zero. Triton's
+    exp keeps them subnormal, with a compare, two multiplies and a select around each ex2 (~100 of
+    walk_gluon_t's 1368 loop instructions a chunk; 1266 with this, and 4.5% faster, NOTES v23). The
+    walks' exponentials are decays: one below 2^-126 weighs nothing beside the terms it is added to
+    (their exp2 of ratios of scales flush so already)."""
+    return tl.exp2(x * _LOG2E)
+
+
+@triton.jit
 def pow2_below_inverse(m):
     """A power of two p with m p in [1/2, 1) for normal m > 0 (from m's exponent bits, exact),
     within fp32's normal range (2^-126 .. 2^125); 1 for m = 0 (nothing to scale). The walk's ratios of
@@ -107,13 +117,13 @@ def bound_of(b_gamma, b_mS, m_Uc, b_tau):
 @triton.jit
 def z_scale(b_v, b_mS, b_G0):
     """tau_of for a whole tile of values b_v and the chunk's first cumulative log-decay b_G0."""
-    return tau_of(tile_max(b_v), b_mS, tl.exp(b_G0))
+    return tau_of(tile_max(b_v), b_mS, exp_ftz(b_G0))
 
 
 @triton.jit
 def state_bound(b_G_last, b_mS, b_Uc, b_tau):
     """bound_of for a whole tile b_Uc and the chunk's last cumulative log-decay b_G_last."""
-    return bound_of(tl.exp(b_G_last), b_mS, tile_max(b_Uc), b_tau)
+    return bound_of(exp_ftz(b_G_last), b_mS, tile_max(b_Uc), b_tau)
 
 
 @triton.jit
@@ -155,7 +165,7 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma, so that
     # the larger of the new state's two parts lands in [1/2, 1) (state_bound). The writes' maximum is
     # a reduction beside the product.
-    b_Uc = b_U * tl.exp(b_G_last - b_G)[:, None]
+    b_Uc = b_U * exp_ftz(b_G_last - b_G)[:, None]
     b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
     b_S = tl.dot(tl.trans(b_kn), to_f16(b_Uc, F16_DOT), b_S * tl.exp2(b_G_last * _LOG2E + b_ld))
     return b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau)), b_sig_next

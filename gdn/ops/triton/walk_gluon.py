@@ -37,7 +37,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .chunk_fwd import wait_group
 from .split_dot import tile_max
-from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
+from .walk_f16 import exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .wy import counting_head
 
 _LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
@@ -296,7 +296,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
-        b_Uc = b_U * gl.exp(b_G_last - b_G)[:, None]
+        b_Uc = b_U * exp_ftz(b_G_last - b_G)[:, None]
         b_sig_next = pow2_below_inverse(state_bound(b_G_last, b_mS, b_Uc, b_tau))
         zu_s.store(b_U.to(gl.float16))
         uc_s.store(b_Uc.to(gl.float16))

@@ -39,22 +39,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma, warpgroup_mma, warpgroup_mma_wait
 
-from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
+from .walk_f16 import bound_of, exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
                          program_rows, walk_launch)
-
-
-@gluon.jit
-def _exp(x, FTZ: gl.constexpr):
-    """e^x; with FTZ as 2^(x log2 e) by Triton's exp2, whose ex2 flushes results below 2^-126 to zero
-    (a v23 candidate, compiled only). Triton's exp keeps them subnormal, with a compare, two
-    multiplies and a select around each ex2: ~100 of a chunk's 1368 instructions here (1266 with
-    FTZ). Each exponential here is a decay: one below 2^-126 weighs nothing beside the terms it is
-    added to (the walk's two exp2 of ratios of scales flush so already)."""
-    if FTZ:
-        return gl.exp2(x * _LOG2E)
-    else:
-        return gl.exp(x)
 
 
 @gluon.jit
@@ -69,7 +56,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, EXP_FTZ: gl.constexpr, num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -137,14 +124,14 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             # state's update below. Then they reach no output row of this sequence.
             if c * BT + BT > T:                     # only a last chunk has such rows
                 b_v = gl.where(m_t[None, :], b_v, 0.0)
-        b_tau = tau_of(_row_max(b_v), b_mS, _exp(b_G0, EXP_FTZ))
+        b_tau = tau_of(_row_max(b_v), b_mS, exp_ftz(b_G0))
         b_lsig = gl.convert_layout(log2_pow2(b_sig), col_l)
         b_ld = log2_pow2(b_tau) - b_lsig
         # e^G tau / sigma = e^{G - G_0} (tokens) x e^{G_0} tau / sigma (columns), neither overflowing.
         # (Kept as its two vectors, not as a [BV, BT] tile: live until o's product, that tile's 32
         # registers a thread made ptxas spill.)
         b_aG = gl.exp2(b_G0 * _LOG2E + b_ld)
-        b_eT = _exp(b_G - b_G0, EXP_FTZ)
+        b_eT = exp_ftz(b_G - b_G0)
         b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
@@ -152,12 +139,12 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                             use_acc=False, is_async=True)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
-        b_dc = _exp(b_G_last - b_G, EXP_FTZ)
+        b_dc = exp_ftz(b_G_last - b_G)
         if MASK_ROWS:
             b_dc = gl.where(m_t, b_dc, 0.0)
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
-        b_sig_next = pow2_below_inverse(bound_of(_exp(b_G_last, EXP_FTZ), b_mS, _row_max(b_Uc), b_tau))
+        b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
         _wait(p_bars, c, STAGES)
         b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
                             b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
@@ -199,9 +186,9 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
 
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, exp_ftz=False):
+                 done=None, group=1):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
-    no register cap: two programs an SM at one stage); exp_ftz: its EXP_FTZ (_exp). The launcher
+    no register cap: two programs an SM at one stage). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -212,4 +199,4 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     d_o = _rows(o, [BT, BV])
     walk_t_kernel[(V // BV * N * HV,)](
         *args[:5], d_o, *args[5:], o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV,
-        STAGES=stages, WAIT=done is not None, GROUP=group, EXP_FTZ=exp_ftz, **flags, num_warps=4)
+        STAGES=stages, WAIT=done is not None, GROUP=group, **flags, num_warps=4)

@@ -14,16 +14,14 @@ from tests.tolerances import assert_fp16_walk_close
 pytest.importorskip("triton")
 
 
-WALKS = ["gluon", "gluon_t", "gluon_t ftz"]       # a walk, and a knob of it
+WALKS = ["gluon", "gluon_t"]
 BLOCKS = {"gluon": (32, 64), "gluon_t": (64,)}       # state columns a program
 SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}     # where the defaults pick other shapes
-KNOB = {"gluon_t ftz": dict(exp_ftz=True)}          # the v23 candidate's exponentials
 
 
-def _walk(variant, shape=True):
-    """A WALKS entry as triton_forward's keywords: the walk, its knob and (shape) the shape it takes."""
-    name = variant.split()[0]
-    return dict(walk=name, **(SHAPE[name] if shape else {}), **KNOB.get(variant, {}))
+def _walk(name, shape=True):
+    """A WALKS entry as triton_forward's keywords: the walk and (shape) the shape it takes."""
+    return dict(walk=name, **(SHAPE[name] if shape else {}))
 
 
 def _kernels():
@@ -156,8 +154,6 @@ def test_gluon_walk_refusals(monkeypatch):
     g = torch.zeros(1, 64, 1, device="meta")
     with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_t'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
-    with pytest.raises(ValueError, match="exp_ftz=True applies to walk='gluon_t' only"):
-        forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="triton", exp_ftz=True)
     monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
     monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
