@@ -133,10 +133,14 @@ def ptxas_info(ptx, arch):
 
 
 _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
+_PREDICATED_BRA = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P[T0-9]+\s+BRA")
 
 
 def sass_info(cubin):
-    """Opcode counts over the kernel and over its largest loop (the widest backward branch)."""
+    """Opcode counts over the kernel and over its largest loop: the widest conditional backward branch
+    (a loop's back edge), else the widest backward branch. (An mbarrier wait's retry is an
+    unconditional branch back from a block ptxas places after the epilogue: as the widest, it would
+    count the epilogue as the loop's.)"""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         Path(path).write_bytes(cubin)
@@ -144,11 +148,16 @@ def sass_info(cubin):
                               text=True).stdout
     instrs = [(int(a, 16), op, rest) for a, op, rest in _SASS_LINE.findall(sass)]
     loop = (0, -1)
-    for addr, op, rest in instrs:
-        if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest)):
-            target = int(m.group(1), 16)
-            if target < addr and addr - target > loop[1] - loop[0]:
-                loop = (target, addr)
+    conditional = {int(a, 16) for a in _PREDICATED_BRA.findall(sass)}
+    for wanted in (True, False):
+        for addr, op, rest in instrs:
+            if op.startswith("BRA") and (addr in conditional or not wanted) and \
+                    (m := re.search(r"0x([0-9a-f]+)", rest)):
+                target = int(m.group(1), 16)
+                if target < addr and addr - target > loop[1] - loop[0]:
+                    loop = (target, addr)
+        if loop[1] >= 0:
+            break
 
     def count(selected):
         c = Counter(op.split(".")[0] for _, op, _ in selected)
@@ -269,6 +278,7 @@ def main(argv=None):
         except ValueError as err:            # a knob this problem refuses (the launcher's own error)
             print(f"{vname:<18}refused: {err}")
             continue
+        dumped = Counter()
         for fn, grid, largs, lkw in launches:
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
@@ -280,10 +290,13 @@ def main(argv=None):
             if args.dump:
                 out = Path(args.dump) / re.sub(r"[^\w.+-]", "_", vname)
                 out.mkdir(parents=True, exist_ok=True)
+                # A kernel launched again (the split walk's two phases) gets a numbered name.
+                name = fn.__name__ + (f".{dumped[fn.__name__]}" if dumped[fn.__name__] else "")
+                dumped[fn.__name__] += 1
                 for ext in ("ttgir", "ptx"):
-                    (out / f"{fn.__name__}.{ext}").write_text(ck.asm[ext])
-                (out / f"{fn.__name__}.sass").write_text(r["sass"])
-                (out / f"{fn.__name__}.ptxas.log").write_text(r["log"])
+                    (out / f"{name}.{ext}").write_text(ck.asm[ext])
+                (out / f"{name}.sass").write_text(r["sass"])
+                (out / f"{name}.ptxas.log").write_text(r["log"])
     bad = sum(r["undefined_ur"] for r in seen.values())
     if args.check and bad:
         print(f"{bad} reads of uniform registers that nothing wrote (ur?): a miscompile")

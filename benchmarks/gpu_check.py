@@ -211,8 +211,10 @@ TIME_DTYPE = os.environ.get("GDN_TIME_DTYPE", "bfloat16")
 
 def timing_problem(B, T):
     """q, k, v, g, beta of the timing sections: TIME_DTYPE inputs (bf16 unless GDN_TIME_DTYPE says
-    otherwise, e.g. float16) at H, HV, K, V of this script."""
-    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE))
+    otherwise, e.g. float16) at H, HV, K, V of this script; the gates of GDN_TIME_GATES ("decaying",
+    the default, or "long": gdn.cli.timing.random_problem's)."""
+    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE),
+                          gates=os.environ.get("GDN_TIME_GATES", "decaying"))
 
 
 def forward_call(inputs, config, cu=None):

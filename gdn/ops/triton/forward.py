@@ -86,6 +86,29 @@ def _ensure_allocator() -> None:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
+def _certified_split(split_walk, warmup, v, Gc, beta, h0, K, BT, NT, programs, BV, sms):
+    """walk_gluon_t's split argument for ``split_walk`` (True: segments from the SM count, two programs
+    an SM; an int: that many segments) and ``split_warmup`` chunks of warm-up (None: split_walk's
+    WARMUP_CHUNKS); None where one segment results. Its certificates' outcomes stay in
+    split_walk.last_outcome (diagnostics: tests, benchmarks)."""
+    from . import split_walk as sw
+    sw.last_outcome = None
+    W = sw.WARMUP_CHUNKS if warmup is None else warmup
+    if split_walk is True:
+        P, L = sw.split_segments(NT, programs, 2 * sms, W)
+    else:
+        P = max(1, min(int(split_walk), NT))
+        L = triton.cdiv(NT, P)
+        P = triton.cdiv(NT, L)                 # no empty segment
+    if P < 2:
+        return None
+    B, _, HV, V = v.shape
+    err = sw.segment_errors(v, Gc, beta, h0, BT, P, L, W)
+    warm, pub, flags, ok = sw.split_buffers(P, B, HV, K, V, BV, v.device)
+    sw.last_outcome = ok
+    return P, L, W, err, warm, pub, flags, ok
+
+
 @on_tensor_device
 def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
@@ -95,7 +118,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, out=None):
+                   operands=None, walk=None, split_walk=False, split_warmup=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -167,6 +190,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1,
     where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
     which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
+    ``split_walk`` (walk="gluon_t", dense sequences whose chunks read no other sequence's rows; a v24
+    candidate, not yet run on a GPU): the certified split of gdn.ops.triton.split_walk, after the WY
+    pass. True takes segments from the SM count (split_walk.split_segments: all programs resident,
+    each segment at least twice its warm-up), an int that many segments; ``split_warmup`` the chunks
+    each segment walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment
+    whose warm-up does not certify waits for the one before.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -427,8 +456,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         if not gluon_ready():
             raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
-        if not gluon_flags:
+        if not gluon_flags or split_walk:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
+    if split_warmup is not None and (not isinstance(split_warmup, int) or split_warmup < 1):
+        raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
+    if split_walk and not (split_walk is True or (isinstance(split_walk, int) and split_walk >= 1)):
+        raise ValueError(f"split_walk must be False, True or an int of at least 1 (segments), got {split_walk!r}")
+    if split_walk and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
+        raise ValueError("split_walk (the certified split) takes walk='gluon_t' on dense sequences whose chunks "
+                         f"read no other sequence's rows (B = 1 or T a multiple of the chunk), got walk={walk!r}"
+                         f"{', cu_seqlens' if cu_seqlens is not None else ''}, B={B}, T={T}")
     if pieces is None:
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
@@ -506,7 +543,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and longest_first else None, done,
-                         flag_group if done is not None else 1)
+                         flag_group if done is not None else 1,
+                         _certified_split(split_walk, split_warmup, v, Gc, beta, h_in, K, BT, NT, N * HV * NV, BV,
+                                          num_sms(q.device)) if split_walk else None)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,

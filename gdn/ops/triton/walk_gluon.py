@@ -185,14 +185,14 @@ def values_and_scales(v_s, v_bars, c, STAGES: gl.constexpr, acc_l: gl.constexpr,
 
 
 @gluon.jit
-def program_rows(cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-                 BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr, LONGEST_FIRST: gl.constexpr):
-    """This program's (sequence, value head, BV columns) from its id (grid V / BV x N x HV): i_v, i_n,
+def program_rows(pid, cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexpr, K: gl.constexpr,
+                 V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr,
+                 LONGEST_FIRST: gl.constexpr):
+    """This program's (sequence, value head, BV columns) from its id pid (grid V / BV x N x HV): i_v, i_n,
     i_nh = i_n HV + i_hv, i_hv, the sequence's first token row, its length T and chunks NT, and the
     tiles' columns in the descriptors' [tokens, heads x dim]: col_qk (q, k: its q/k head's), col_v
     (v), col_tp (T and P)."""
     NV: gl.constexpr = V // BV
-    pid = gl.program_id(0)
     i_v = pid % NV
     i_nh = pid // NV
     i_n = i_nh // HV
@@ -243,7 +243,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     extra slot). So even at one stage every tile is loaded about a chunk ahead of its use."""
     KS: gl.constexpr = STAGES + 1
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
-        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+        gl.program_id(0), cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
 
     # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],

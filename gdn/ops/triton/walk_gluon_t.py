@@ -40,6 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma, warpgroup_mma, warpgroup_mma_wait
 
 from .walk_f16 import bound_of, exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, tau_of
+from .chunk_fwd import wait_group
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
                          program_rows, walk_launch)
 
@@ -51,19 +52,55 @@ def _row_max(x):
 
 
 @gluon.jit
-def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, scale, T,
+def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, scale, T, P, L, W,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
-    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,)."""
+    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,).
+
+    SPLIT (dense, no MASK_ROWS; gdn.ops.triton.split_walk): P segments of L chunks a sequence, grid
+    (P x V / BV x N x HV,), segment-major, in two launches. SPLIT = 1, the warm-up: segment p's
+    program (p >= 1) walks the W chunks before its segment (fewer where the sequence starts there:
+    then from h0, exactly) from a zero state, without outputs, and stores that state at seg_warm
+    [P, N x HV, K, V] fp32 and its certificate's outcome at seg_ok [P, N x HV, V / BV] int32: 2 exact
+    (from the sequence's start), 1 certified (seg_err [P, N x HV], a bound on how far the true state
+    can be from it, column by column, is at most 2^-30 of every column's largest entry), 0 not.
+    SPLIT = 2, the segments: each walks its L chunks with outputs, from h0 (p = 0), its warmed-up
+    state (seg_ok > 0), or else segment p - 1's final state, waited for (seg_pub, same shape as
+    seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht."""
     KS: gl.constexpr = STAGES + 1
+    pid = gl.program_id(0)
+    i_p = 0
+    if SPLIT:
+        n_rest = gl.num_programs(0) // P
+        i_p = pid // n_rest
+        pid = pid % n_rest
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
-        cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+        pid, cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+    c_first = 0                        # the first chunk walked, and (SPLIT) the last one's end
+    if SPLIT:
+        # This launch's chunks of the segment as a sequence of their own (the rings, the decays and
+        # o's rows all count from row_base): the warm-up's (SPLIT 1), or the segment's.
+        if SPLIT == 1:
+            c_first = gl.maximum(i_p * L - W, 0)
+            c_end = i_p * L
+        else:
+            c_first = i_p * L
+            c_end = gl.minimum(c_first + L, NT)
+        row_base = row_base + c_first * BT
+        T = gl.minimum(T, c_end * BT) - c_first * BT
+        NT = c_end - c_first
+        n_hv = gl.num_programs(0) // P // (V // BV)
+        i_seg = (i_p * n_hv + i_nh) * (V // BV) + i_v
+        if SPLIT == 1:
+            if i_p == 0:
+                return                     # segment 0 starts from h0 without a warm-up
 
     # [BV, K] tiles (S^T) and [BV, BT] tiles ((k S)^T, (q S)^T, Z^T, U^T, o^T) in the accumulator's
     # layouts; the left operands of products over BT (a_t) and over K (a_s) in the same registers.
@@ -86,8 +123,13 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     o_k = gl.arange(0, K, layout=key_l)
     o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
     i_state = i_nh.to(gl.int64) * K * V
-    if HAS_H0:
-        b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None])
+    if HAS_H0 and SPLIT != 2:
+        if SPLIT == 1:
+            # A warm-up from the sequence's start starts from h0, the others from zeros.
+            b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None],
+                          mask=(o_vs[:, None] >= 0) & (c_first == 0), other=0.0)
+        else:
+            b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None])
         b_sig = pow2_below_inverse(_row_max(b_S))
         b_S = b_S * b_sig[:, None]
     else:
@@ -98,6 +140,25 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
 
     i_count = first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
                 v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+    if SPLIT == 2:
+        # (After the rings' first fills, which need no state.) Segment 0 from h0, the others from their
+        # warm-up's state if certified (or exact), else from the segment before's final state once it
+        # is published.
+        if HAS_H0:
+            p_start = h0 + i_state
+            live = i_p >= 0
+        else:
+            p_start = seg_warm                 # (not read: segment 0 starts from zeros)
+            live = i_p > 0
+        if i_p > 0:
+            if gl.load(seg_ok + i_seg) > 0:
+                p_start = seg_warm + (i_p * n_hv + i_nh).to(gl.int64) * K * V
+            else:
+                wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
+                p_start = seg_pub + ((i_p - 1) * n_hv + i_nh).to(gl.int64) * K * V
+        b_S = gl.load(p_start + o_k[None, :] * V + o_vs[:, None], mask=(o_vs[:, None] >= 0) & live, other=0.0)
+        b_sig = pow2_below_inverse(_row_max(b_S))
+        b_S = b_S * b_sig[:, None]
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
         next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
@@ -165,6 +226,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         gl.thread_barrier()
         if MASK_ROWS:
             whole = c * BT + BT <= T
+        elif SPLIT == 1:
+            whole = c < 0                  # the warm-up has no outputs
         else:
             whole = c >= 0
         if whole:
@@ -181,22 +244,50 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             p_o = o + (row_base + r_o).to(gl.int64)[:, None] * (HV * V) + (col_v + c_o)[None, :]
             gl.store(p_o, b_out, mask=(r_o < T)[:, None])
     _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
-    if STORE_FINAL:
-        gl.store(ht + i_state + o_k[None, :] * V + o_vs[:, None], b_S * (1.0 / b_sig)[:, None])
+    b_S = b_S * (1.0 / b_sig)[:, None]
+    o_state = o_k[None, :] * V + o_vs[:, None]
+    if SPLIT:
+        i_seg_state = (i_p * n_hv + i_nh).to(gl.int64) * K * V
+    if SPLIT == 1:
+        # The certificate: a column's largest entry is at most its 2-norm, so this is stricter than
+        # 2^-30 of the norm; a NaN or infinite bound fails it.
+        b_err = gl.load(seg_err + i_p * n_hv + i_nh)
+        certified = b_err <= gl.min(_row_max(b_S), 0) * 9.313225746154785e-10           # 2^-30
+        gl.store(seg_warm + i_seg_state + o_state, b_S)
+        gl.store(seg_ok + i_seg, gl.where(c_first == 0, 2, certified.to(gl.int32)))
+    elif SPLIT == 2:
+        if i_p < P - 1:
+            # The segment's final state for the next one, then its flag: every thread's stores, then
+            # a release at GPU scope (bar.sync first: wy_kernel's SIGNAL pattern).
+            gl.store(seg_pub + i_seg_state + o_state, b_S)
+            gl.thread_barrier()
+            gl.atomic_add(seg_flags + i_seg, 1, sem="release")
+        elif STORE_FINAL:
+            gl.store(ht + i_state + o_state, b_S)
+    elif STORE_FINAL:
+        gl.store(ht + i_state + o_state, b_S)
 
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1):
+                 done=None, group=1, split=None):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
-    no register cap: two programs an SM at one stage). The launcher
-    (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
+    no register cap: two programs an SM at one stage). split: None, or (P, L, W, seg_err, seg_warm,
+    seg_pub, seg_flags, seg_ok) for the certified split (walk_t_kernel's SPLIT: its warm-up, then its
+    segments; gdn.ops.triton.split_walk), on dense sequences whose chunks read no other sequence's
+    rows, after the WY pass. The launcher (gdn.ops.triton.forward) checks the shapes first; the checks
+    here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t")
+    if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"] or done is not None):
+        raise ValueError("the certified split (split_walk) takes dense sequences whose chunks read no other "
+                         "sequence's rows (B = 1 or T a multiple of the chunk), after the WY pass")
+    P, L, W, *segs = (1, 0, 0, o, o, o, o, o) if split is None else split
     d_o = _rows(o, [BT, BV])
-    walk_t_kernel[(V // BV * N * HV,)](
-        *args[:5], d_o, *args[5:], o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV,
-        STAGES=stages, WAIT=done is not None, GROUP=group, **flags, num_warps=4)
+    for phase in (0,) if split is None else (1, 2):
+        walk_t_kernel[(P * (V // BV) * N * HV,)](
+            *args[:5], d_o, *args[5:], o if done is None else done, *segs, scale, T, P, L, W, H=H, HV=HV, K=K, V=V,
+            BT=BT, BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group, SPLIT=phase, **flags, num_warps=4)

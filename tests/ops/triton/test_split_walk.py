@@ -1,0 +1,158 @@
+"""The certified split (gdn.ops.triton.split_walk, walk_gluon_t's SPLIT): its bounds against a
+token-by-token recurrence and against the states they bound (CPU, float64 reference); the segments'
+choice; the calls it refuses; on an sm_90 GPU the split walk against the reference, certified
+(decaying gates) and handed over (long memory)."""
+import pytest
+import torch
+
+from tests.reference import random_inputs, reference_gdn
+from tests.tolerances import assert_fp16_walk_close
+
+pytest.importorskip("triton")
+
+from gdn.ops.triton import split_walk  # noqa: E402
+
+HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
+BT = 8                                  # small chunks keep the reference's token loops short on a CPU
+
+
+def _problem(gate, T=160, HV=2, V=8, seed=0):
+    q, k, v, g, beta, S0 = random_inputs(1, T, 1, HV, 8, V, gate=gate, initial_state=True, seed=seed)
+    Gc = torch.cumsum(g.view(1, -1, BT, HV), 2).view_as(g)          # the WY pass's in-chunk cumsum
+    return q, k, v, g, beta, S0, Gc
+
+
+def _token_bound(v, g, beta, S0, tokens):
+    """B after `tokens` tokens by its recurrence, token by token, in float64 [HV]."""
+    B = torch.linalg.vector_norm(S0[0].double(), dim=1).amax(-1)
+    for t in range(tokens):
+        B = torch.exp(g[0, t].double()) * B + beta[0, t].double().abs() * v[0, t].double().abs().amax(-1)
+    return B
+
+
+@pytest.mark.parametrize("gate", ["normal", "strong", "zero"])
+def test_segment_errors_follow_the_recurrence(gate):
+    """Each segment's bound equals e^{G_win} B, B from the token-by-token recurrence (float64), to
+    fp32's rounding and the bound's 2^-10 margin; 0 for segment 0 and where the warm-up starts at the
+    sequence's start."""
+    q, k, v, g, beta, S0, Gc = _problem(gate)
+    P, L, W = 4, 5, 2                  # 20 chunks: warm-ups from chunks 3, 8, 13
+    err = split_walk.segment_errors(v, Gc, beta, S0, BT, P, L, W)
+    assert err.shape == (P, 2) and err.dtype == torch.float32
+    assert torch.equal(err[0], torch.zeros(2))
+    for p in range(1, P):
+        start = p * L - W
+        win = g[0, start * BT:p * L * BT].double().sum(0)
+        expected = torch.exp(win) * _token_bound(v, g, beta, S0, start * BT) * (1 + 2.0 ** -10)
+        torch.testing.assert_close(err[p].double(), expected, rtol=1e-4, atol=1e-30)
+    assert torch.equal(split_walk.segment_errors(v, Gc, beta, S0, BT, 4, 5, 5)[1], torch.zeros(2))
+
+
+def test_segment_errors_bound_the_warm_up():
+    """What the bound promises: the true state at a segment's start and the state its warm-up walks
+    from zeros differ, in every column's 2-norm, by at most the segment's bound (float64 reference;
+    random gates and values, beta in [0, 2])."""
+    q, k, v, g, beta, S0, Gc = _problem("normal", seed=3)
+    beta = beta * 2
+    P, L, W = 3, 6, 2
+    err = split_walk.segment_errors(v, Gc, beta, S0, BT, P, L, W)
+    for p in range(1, P):
+        start, end = (p * L - W) * BT, p * L * BT
+        _, S_true = reference_gdn(q[:, :end], k[:, :end], v[:, :end], g[:, :end], beta[:, :end], initial_state=S0,
+                                  use_qk_l2norm=True)
+        _, S_warm = reference_gdn(q[:, start:end], k[:, start:end], v[:, start:end], g[:, start:end],
+                                  beta[:, start:end], use_qk_l2norm=True)
+        gap = torch.linalg.vector_norm(S_true[0] - S_warm[0], dim=1).amax(-1)      # [HV]
+        assert (gap > 0).all() and (gap <= err[p].double()).all(), (p, gap, err[p])
+
+
+def test_segment_errors_refuse_growing_maps():
+    """A beta outside [0, 2] makes a token's map grow the state, which the bound does not cover: that
+    head's segments never certify (an infinite bound), the others keep theirs."""
+    q, k, v, g, beta, S0, Gc = _problem("normal")
+    beta[0, 5, 1] = 2.5
+    err = split_walk.segment_errors(v, Gc, beta, S0, BT, 4, 5, 2)
+    assert torch.isinf(err[1:, 1]).all() and torch.isfinite(err[1:, 0]).all()
+    beta[0, 5, 1] = -0.1
+    assert torch.isinf(split_walk.segment_errors(v, Gc, beta, S0, BT, 4, 5, 2)[1:, 1]).all()
+
+
+def test_split_segments():
+    """Segments fill the resident programs and stay at least twice their warm-up; none where that
+    leaves one."""
+    assert split_walk.split_segments(512, 64, 264) == (4, 128)        # B1 x T32k, 64 programs
+    assert split_walk.split_segments(2048, 64, 264) == (4, 512)
+    assert split_walk.split_segments(64, 64, 264) == (2, 32)          # T4k: two segments of 32 chunks
+    assert split_walk.split_segments(40, 64, 264) == (1, 40)          # too short to warm up twice
+    assert split_walk.split_segments(512, 512, 264) == (1, 512)       # wide already
+
+
+def test_split_walk_refusals(monkeypatch):
+    """split_walk outside what it does: a ValueError that names it (meta tensors: before any launch):
+    another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
+    segment or warm-up counts."""
+    import gdn.ops.triton.forward as forward
+    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+
+    def call(B=2, T=128, **kw):
+        q = torch.empty(B, T, 1, 64, dtype=torch.bfloat16, device="meta")
+        v = torch.empty(B, T, 2, 64, dtype=torch.bfloat16, device="meta")
+        g = torch.zeros(B, T, 2, device="meta")
+        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, **kw)
+    gluon_t = dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1)
+    with pytest.raises(ValueError, match="split_walk .* takes walk='gluon_t'"):
+        call(walk="triton", split_walk=True)
+    with pytest.raises(ValueError, match="split_walk .* cu_seqlens"):
+        call(B=1, cu_seqlens=torch.tensor([0, 50, 128], device="meta"), split_walk=2, **gluon_t)
+    with pytest.raises(ValueError, match="split_walk .* B=2, T=100"):
+        call(T=100, split_walk=2, **gluon_t)
+    with pytest.raises(ValueError, match="split_walk must be"):
+        call(split_walk=-1, **gluon_t)
+    with pytest.raises(ValueError, match="split_warmup must be an int of at least 1"):
+        call(split_walk=2, split_warmup=0, **gluon_t)
+
+
+def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, **kw):
+    """The split walk against the float64 reference and the Triton walk (4 value heads; the first
+    long_heads with g = 0): the fp16 walk's comparisons' inputs, and the certificates' outcomes."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, V, dtype=torch.bfloat16, gate=gate, initial_state=h0,
+                                         seed=seed, device="cuda")
+    g[:, :, :long_heads] = 0.0
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
+                          walk_stages=1, operands="fp16", **call, **kw)
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
+    return (o, S, o_ref, S_ref, o_t, S_t), split_walk.last_outcome
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("B, T, V, h0", [(1, 2048, 64, True), (1, 2085, 64, True), (1, 2048, 128, False),
+                                         (2, 2048, 64, True)])
+def test_split_walk_certified(B, T, V, h0):
+    """Gates that forget within a few chunks (mean g ~ -0.17, so -43 over a warm-up of four chunks):
+    every later segment certifies its warm-up (seg_ok 1), and the whole call matches the reference
+    and the Triton walk as the sequential walk does; no output row left unwritten (NaN-poisoned).
+    T = 2085 ends in a partial chunk; V = 128 has two programs a head; without h0 segment 0 starts
+    from zeros; B = 2 has two sequences' segments."""
+    results, ok = _split_call("normal", T, seed=T + V, B=B, V=V, h0=h0, split_walk=4, split_warmup=4)
+    assert_fp16_walk_close(*results)
+    assert ok.shape == (4, B * 4, V // 64) and (ok[1:] == 1).all() and (ok[0] == 0).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+def test_split_walk_hands_over():
+    """Long memory (g = 0): no warm-up certifies (seg_ok 0), each segment waits for the one before's
+    final state, and the result is still the reference's; heads of both kinds in one launch; and a
+    warm-up that reaches the sequence's start starts from h0 (seg_ok 2)."""
+    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2)
+    assert_fp16_walk_close(*results)
+    assert (ok[1:] == 0).all()
+    results, ok = _split_call("normal", 1024, seed=7, long_heads=2, split_walk=4, split_warmup=2)
+    assert_fp16_walk_close(*results)
+    assert (ok[1:, :2] == 0).all() and (ok[1:, 2:] == 1).all()
+    results, ok = _split_call("zero", 1024, seed=6, split_walk=4, split_warmup=8)     # warm-ups of 8, segments of 4
+    assert_fp16_walk_close(*results)
+    assert (ok[1:3] == 2).all() and (ok[3] == 0).all()
