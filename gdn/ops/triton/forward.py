@@ -118,7 +118,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=False, split_warmup=None, out=None):
+                   operands=None, walk=None, split_walk=False, split_warmup=None, wy_defer=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -213,7 +213,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     value heads a WY program (split path; a power of two dividing HV / H, so that they share a q/k
     head): q and k loaded and k k^T, q k^T formed once for all. Default: 2 on the fp16 walk where HV / H
     is even (v16 on an H200: 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on),
-    else 1.
+    else 1. ``wy_defer`` (the fp16 walk's inverse "f16_subst", where the WY pass runs alone; a v24
+    candidate, not yet run on a GPU): the WY pass in two launches, the first without the inverse's
+    tf32x3 fallback (capped at 168 registers unless ``wy_maxnreg`` says otherwise: three programs
+    an SM), the second forming again only the chunks that need it (wy.wy_kernel's DEFER and FIX);
+    the same numbers bit for bit.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -365,6 +369,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # substitution (v18-v19: 2-3% off the wide shapes, o unchanged on an H200); T is stored at
         # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept.
         inverse = "f16_subst"
+    if wy_defer and inverse != "f16_subst":
+        raise ValueError(f"wy_defer=True defers the fallback of inverse='f16_subst' (the fp16 walk's default), "
+                         f"got inverse={inverse!r}")
     if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
@@ -470,6 +477,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
+    defer_cap = 168 if wy_maxnreg is None else wy_maxnreg     # wy_defer's first launch: three programs an SM
     if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1 and wy_heads == 1)) \
             and not triton_interpreting():
         # Three WY programs an SM instead of two: 2-4% faster on an H200 without stored attention (v3);
@@ -498,17 +506,22 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     def wy_pass(c_first, n_chunks, done=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
-        done: all chunks, in order, each counted in done when finished)."""
+        done: all chunks, in order, each counted in done when finished). With wy_defer (and no done):
+        two launches, the second forming again the chunks whose inverse needs its tf32x3 fallback."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots * (HV // wy_heads),)](
-            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets, slot_seqs,
-            dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks, slots,
-            c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
-            BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
-            IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
-            BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
-            **common, **_maxnreg(wy_maxnreg))
+        defer = wy_defer and done is None
+        wide = torch.empty(slots, HV, dtype=torch.int32, device=q.device) if defer else dummy
+        for phase in ("defer", "fix") if defer else ("one",):
+            wy_kernel[(slots * (HV // wy_heads),)](
+                q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
+                slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
+                slots, c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
+                BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
+                IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
+                BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
+                STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads, wide=wide,
+                DEFER=phase == "defer", FIX=phase == "fix",
+                **common, **_maxnreg({"defer": defer_cap, "fix": None}.get(phase, wy_maxnreg)))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
