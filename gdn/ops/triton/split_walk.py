@@ -26,7 +26,11 @@ from __future__ import annotations
 
 import torch
 
-WARMUP_CHUNKS = 16          # W: with decaying gates (mean g ~ -0.03) a summed log-decay of ~ -28
+# W: with the bench's decaying gates (logsigmoid(x + 4), mean g ~ -0.025) a summed log-decay of ~ -38
+# (2^-55): the certificate's 2^-30 then holds while the bound is below ~2^25 of a column's largest
+# entry (~2^6-2^7 there). 16 chunks (-26, 2^-37) would leave it at the edge, and a segment that does
+# not certify waits for the one before.
+WARMUP_CHUNKS = 24
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 
 

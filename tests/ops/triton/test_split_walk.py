@@ -82,8 +82,9 @@ def test_split_segments():
     leaves one."""
     assert split_walk.split_segments(512, 64, 264) == (4, 128)        # B1 x T32k, 64 programs
     assert split_walk.split_segments(2048, 64, 264) == (4, 512)
-    assert split_walk.split_segments(64, 64, 264) == (2, 32)          # T4k: two segments of 32 chunks
-    assert split_walk.split_segments(40, 64, 264) == (1, 40)          # too short to warm up twice
+    assert split_walk.split_segments(128, 64, 264) == (2, 64)         # T8k: two segments of 64 chunks
+    assert split_walk.split_segments(64, 64, 264) == (1, 64)          # too short to warm up twice
+    assert split_walk.split_segments(40, 64, 264, warmup=4) == (4, 10)
     assert split_walk.split_segments(512, 512, 264) == (1, 512)       # wide already
 
 
