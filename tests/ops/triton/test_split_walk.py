@@ -151,7 +151,7 @@ def test_split_walk_hands_over():
     results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2)
     assert_fp16_walk_close(*results)
     assert (ok[1:] == 0).all()
-    results, ok = _split_call("normal", 1024, seed=7, long_heads=2, split_walk=4, split_warmup=2)
+    results, ok = _split_call("normal", 2048, seed=7, long_heads=2, split_walk=4, split_warmup=4)
     assert_fp16_walk_close(*results)
     assert (ok[1:, :2] == 0).all() and (ok[1:, 2:] == 1).all()
     results, ok = _split_call("zero", 1024, seed=6, split_walk=4, split_warmup=8)     # warm-ups of 8, segments of 4
