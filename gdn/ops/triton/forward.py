@@ -94,12 +94,7 @@ def _certified_split(split_walk, warmup, v, Gc, beta, h0, K, BT, NT, programs, B
     from . import split_walk as sw
     sw.last_outcome = None
     W = sw.WARMUP_CHUNKS if warmup is None else warmup
-    if split_walk is True:
-        P, L = sw.split_segments(NT, programs, 2 * sms, W)
-    else:
-        P = max(1, min(int(split_walk), NT))
-        L = triton.cdiv(NT, P)
-        P = triton.cdiv(NT, L)                 # no empty segment
+    P, L = sw.split_segments(NT, programs, 2 * sms, W) if split_walk is True else sw.segments_of(NT, int(split_walk))
     if P < 2:
         return None
     B, _, HV, V = v.shape

@@ -34,14 +34,18 @@ WARMUP_CHUNKS = 24
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 
 
+def segments_of(NT: int, P: int) -> tuple[int, int]:
+    """(P, L): NT chunks in at most P segments of L chunks, none empty ((1, NT) for one)."""
+    L = -(-NT // max(1, min(P, NT)))
+    P = -(-NT // L)
+    return (P, L) if P > 1 else (1, NT)
+
+
 def split_segments(NT: int, programs: int, slots: int, warmup: int = WARMUP_CHUNKS) -> tuple[int, int]:
     """(P, L): the segments of NT chunks for a walk of ``programs`` programs a segment, at most
     ``slots`` programs resident at once (all of them must be: a segment may wait for the one before),
     each segment at least twice as long as its warm-up. (1, NT) where no split fits."""
-    P = max(1, min(slots // max(programs, 1), NT // (2 * max(warmup, 1))))
-    L = -(-NT // P)
-    P = -(-NT // L)                    # no empty segment
-    return (P, L) if P > 1 else (1, NT)
+    return segments_of(NT, min(slots // max(programs, 1), NT // (2 * max(warmup, 1))))
 
 
 def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: torch.Tensor | None,

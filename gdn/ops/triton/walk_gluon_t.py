@@ -52,6 +52,19 @@ def _row_max(x):
 
 
 @gluon.jit
+def _state_t(p_state, o_k, o_vs, V: gl.constexpr, live, MASKED: gl.constexpr):
+    """S^T [BV, K] of a [K, V] fp32 state at p_state (its columns o_vs as rows; with MASKED, zeros
+    unless live), each row scaled by its sigma (walk_f16): returns sigma S^T and sigma [BV]."""
+    p = p_state + o_k[None, :] * V + o_vs[:, None]
+    if MASKED:
+        b_S = gl.load(p, mask=(o_vs[:, None] >= 0) & live, other=0.0)
+    else:
+        b_S = gl.load(p)
+    b_sig = pow2_below_inverse(_row_max(b_S))
+    return b_S * b_sig[:, None], b_sig
+
+
+@gluon.jit
 def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
                   seg_err, seg_warm, seg_pub, seg_flags, seg_ok, scale, T, P, L, W,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
@@ -97,7 +110,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         T = gl.minimum(T, c_end * BT) - c_first * BT
         NT = c_end - c_first
         n_hv = gl.num_programs(0) // P // (V // BV)
-        i_seg = (i_p * n_hv + i_nh) * (V // BV) + i_v
+        i_seg = (i_p * n_hv + i_nh) * (V // BV) + i_v                # in seg_ok and seg_flags
+        i_seg_state = (i_p * n_hv + i_nh).to(gl.int64) * K * V        # in seg_warm and seg_pub
         if SPLIT == 1:
             if i_p == 0:
                 return                     # segment 0 starts from h0 without a warm-up
@@ -124,14 +138,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
     i_state = i_nh.to(gl.int64) * K * V
     if HAS_H0 and SPLIT != 2:
-        if SPLIT == 1:
-            # A warm-up from the sequence's start starts from h0, the others from zeros.
-            b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None],
-                          mask=(o_vs[:, None] >= 0) & (c_first == 0), other=0.0)
-        else:
-            b_S = gl.load(h0 + i_state + o_k[None, :] * V + o_vs[:, None])
-        b_sig = pow2_below_inverse(_row_max(b_S))
-        b_S = b_S * b_sig[:, None]
+        # (SPLIT 1: a warm-up from the sequence's start starts from h0, the others from zeros.)
+        b_S, b_sig = _state_t(h0 + i_state, o_k, o_vs, V, c_first == 0, SPLIT == 1)
     else:
         b_S = gl.zeros([BV, K], gl.float32, acc_s)
         b_sig = gl.full([BV], 1.0, gl.float32, scol_l)
@@ -152,13 +160,11 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             live = i_p > 0
         if i_p > 0:
             if gl.load(seg_ok + i_seg) > 0:
-                p_start = seg_warm + (i_p * n_hv + i_nh).to(gl.int64) * K * V
-            else:
+                p_start = seg_warm + i_seg_state
+            else:                              # segment i_p - 1's, one segment's entries back
                 wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
-                p_start = seg_pub + ((i_p - 1) * n_hv + i_nh).to(gl.int64) * K * V
-        b_S = gl.load(p_start + o_k[None, :] * V + o_vs[:, None], mask=(o_vs[:, None] >= 0) & live, other=0.0)
-        b_sig = pow2_below_inverse(_row_max(b_S))
-        b_S = b_S * b_sig[:, None]
+                p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
+        b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
         next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
@@ -246,8 +252,6 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
     b_S = b_S * (1.0 / b_sig)[:, None]
     o_state = o_k[None, :] * V + o_vs[:, None]
-    if SPLIT:
-        i_seg_state = (i_p * n_hv + i_nh).to(gl.int64) * K * V
     if SPLIT == 1:
         # The certificate: a column's largest entry is at most its 2-norm, so this is stricter than
         # 2^-30 of the norm; a NaN or infinite bound fails it.

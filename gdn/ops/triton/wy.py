@@ -215,15 +215,22 @@ def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
 
 
 @triton.jit
-def inverse_f16_checked(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
-    """unit_lower_inverse's "f16_subst" without its tf32x3 fallback: T from plain fp16 products
-    (inverse_f16) and whether the chunk needs the fallback (some |A_ij| > 1, or the sum of |T| past
-    fp16's safe range: the same tests); where it does, T is not the inverse and the chunk is formed
-    again (wy_kernel's DEFER and FIX)."""
+def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
+                        INVERSE: tl.constexpr, F16_DOT: tl.constexpr):
+    """unit_lower_inverse's "blocks_f16_subst" or "f16_subst" without their tf32x3 fallback: T on fp16
+    products and whether the chunk needs the fallback. Their operands (N, T's rows) are not bounded
+    by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range needs it too. An overflow anywhere
+    on the way leaves T with an infinity or a NaN, which the sum of |T| keeps (a max would not: the
+    GPU's max.f32 drops NaN); a finite sum below the bound also bounds every entry. Where the
+    fallback is needed, T is not the inverse (unit_lower_inverse forms it then; wy_kernel's DEFER
+    flags the chunk for FIX)."""
     b_T = b_A
     wide = tile_max(b_A) > 1.0
     if not wide:
-        b_T = inverse_f16(b_A, BT, F16_DOT)
+        if INVERSE == "f16_subst":
+            b_T = inverse_f16(b_A, BT, F16_DOT)
+        else:
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
         wide = not (tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
     return b_T, wide
 
@@ -259,18 +266,8 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
         return b_T
     if INVERSE == "blocks_f16_subst" or INVERSE == "f16_subst":
         # As blocks_f16, with the merge on plain fp16 products (merge_f16; f16_subst: every step,
-        # inverse_f16). Their operands (N, T's rows) are not bounded by the |A_ij| <= 1 test: a chunk
-        # whose T leaves fp16's range is formed again at tf32x3. An overflow anywhere on the way
-        # leaves T with an infinity or a NaN, which the sum of |T| keeps (a max would not: the GPU's
-        # max.f32 drops NaN); a finite sum below the bound also bounds every entry.
-        b_T = b_A
-        wide = tile_max(b_A) > 1.0
-        if not wide:
-            if INVERSE == "f16_subst":
-                b_T = inverse_f16(b_A, BT, F16_DOT)
-            else:
-                b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
-            wide = not (tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
+        # inverse_f16); a chunk whose T leaves fp16's range is formed again at tf32x3.
+        b_T, wide = inverse_f16_checked(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
         if wide:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
         return b_T
@@ -450,7 +447,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
         b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
         if DEFER:
-            b_T, wide = inverse_f16_checked(b_A, BT, F16_DOT)
+            b_T, wide = inverse_f16_checked(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
             tl.store(wide_out + i_slot * HV + i_hvj, wide.to(tl.int32))
         else:
             b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)

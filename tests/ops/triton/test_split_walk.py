@@ -11,8 +11,8 @@ from tests.tolerances import assert_fp16_walk_close
 pytest.importorskip("triton")
 
 from gdn.ops.triton import split_walk  # noqa: E402
+from tests.ops.triton.test_walk_gluon import HOPPER  # noqa: E402  (the Gluon walks' GPU)
 
-HOPPER = torch.cuda.is_available() and torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
 BT = 8                                  # small chunks keep the reference's token loops short on a CPU
 
 
