@@ -44,13 +44,16 @@ from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
 import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
+import gdn.ops.triton.split_walk as split_walk   # noqa: E402
 import gdn.ops.triton.walk_gluon_t as walk_gluon_t   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
 # (module, name) of every kernel the launcher may run: the Gluon walks' live in their own modules.
 KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel",
                                              "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),
-                                                                      (walk_gluon_t, "walk_t_kernel"))
+                                                                      (walk_gluon_t, "walk_t_kernel"),
+                                                                      (split_walk, "_chunk_growth_kernel"),
+                                                                      (split_walk, "_segment_bounds_kernel"))
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 

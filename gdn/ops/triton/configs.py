@@ -117,10 +117,6 @@ CONFIGS = {
     "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
     # v24 candidate: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),
-    # v24 candidate: the inverse's tf32x3 fallback in a second WY launch (only the chunks that need
-    # it), so that the common WY kernel fits 168 registers: three programs an SM
-    "wy defer": dict(wy_defer=True),
-    "wy defer own regs": dict(wy_defer=True, wy_maxnreg=0),
     "triton walk": dict(walk="triton"),
 }
 

@@ -34,8 +34,8 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .chunk_out import _chunk_out_kernel
-from .schedule import (choose_flag_group, choose_pieces, choose_segments, num_sms, on_stream, on_tensor_device,
-                       side_streams)
+from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_facts, cuda_index, next_pow2,
+                       num_sms, on_stream, on_tensor_device, side_streams)
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
@@ -53,7 +53,7 @@ def _tma_ready(*tensors) -> bool:
         return False
     if triton_interpreting():
         return True
-    return tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
+    return tensors[0].is_cuda and cuda_facts(cuda_index(tensors[0].device))[1] >= 9
 
 
 @functools.cache
@@ -113,7 +113,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=False, split_warmup=None, wy_defer=False, out=None):
+                   operands=None, walk=None, split_walk=False, split_warmup=None, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -185,9 +185,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1,
     where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
     which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
-    ``split_walk`` (walk="gluon_t", dense sequences whose chunks read no other sequence's rows; a v24
-    candidate, not yet run on a GPU): the certified split of gdn.ops.triton.split_walk, after the WY
-    pass. True takes segments from the SM count (split_walk.split_segments: all programs resident,
+    ``split_walk`` (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
+    opt-in): the certified split of gdn.ops.triton.split_walk, after the WY pass. On an H200 (v24, B1,
+    bf16) 22-25% faster than the default from 32k tokens on with gates that forget, 29-35% slower
+    with long memory (every segment then waits, and the WY pass no longer runs beside the walk): the
+    gates decide, and they are known only on the device, so it is not a default. True takes segments from the SM count (split_walk.split_segments: all programs resident,
     each segment at least twice its warm-up), an int that many segments; ``split_warmup`` the chunks
     each segment walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment
     whose warm-up does not certify waits for the one before.
@@ -208,11 +210,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     value heads a WY program (split path; a power of two dividing HV / H, so that they share a q/k
     head): q and k loaded and k k^T, q k^T formed once for all. Default: 2 on the fp16 walk where HV / H
     is even (v16 on an H200: 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on),
-    else 1. ``wy_defer`` (the fp16 walk's inverse "f16_subst", where the WY pass runs alone; a v24
-    candidate, not yet run on a GPU): the WY pass in two launches, the first without the inverse's
-    tf32x3 fallback (capped at 168 registers unless ``wy_maxnreg`` says otherwise: three programs
-    an SM), the second forming again only the chunks that need it (wy.wy_kernel's DEFER and FIX);
-    the same numbers bit for bit.
+    else 1.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -255,7 +253,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             ht.copy_(h0) if h0 is not None else ht.zero_()
         return o, ht
 
-    BK = max(16, triton.next_power_of_2(K))
+    BK = max(16, next_pow2(K))
     BT = chunk_size
     if operands == "bf16_parts" and q.dtype != torch.bfloat16:
         raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
@@ -286,7 +284,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if block_v is None:
         # Wide blocks when the walk fills the GPU twice over without them; else narrow blocks, which
         # double the programs and keep their pipelined buffers within one SM (v3, benchmarks/NOTES.md).
-        wide = N * HV * triton.cdiv(V, 64) >= 2 * num_sms(q.device)
+        wide = N * HV * cdiv(V, 64) >= 2 * num_sms(q.device)
         block_v = 64 if wide or state_split == 0 else 32
         wide_default = wide and walk_stages is None
         if walk_stages is None and state_split > 0:
@@ -294,7 +292,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if walk_stages is None:
         # Two stages double the q, k and w-part buffers (BT x BK bf16 each): keep them to 128 KiB.
         walk_stages = 2 if state_split > 0 and 2 * BT * BK * 2 * (2 + state_split) <= 128 * 1024 else 1
-    BV = max(16, min(block_v, triton.next_power_of_2(V)))
+    BV = max(16, min(block_v, next_pow2(V)))
     if q.is_cuda and not triton_interpreting() and attn_in and BV <= 32 and walk_stages == 1:
         # Triton 3.6's sm_90 code for this walk addresses shared memory out of range (compute-sanitizer,
         # benchmarks/NOTES.md v5; 16 columns and the fused walk too, v7): an error here instead of an
@@ -305,9 +303,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         walk_stages = 2
     if programs_per_sm is None:
         programs_per_sm = 1 if walk_stages > 1 else 2
-    NV = triton.cdiv(V, BV)
+    NV = cdiv(V, BV)
     BLOCK = min(SUBBLOCK, BT)
-    NT = triton.cdiv(T, BT)
+    NT = cdiv(T, BT)
     # Triton's CPU interpreter multiplies 16-bit tiles wrongly (it reads their raw bits): upcast there.
     dot_dtype = tl.float32 if triton_interpreting() else _TL_DTYPES[q.dtype]
     f16_dot = tl.float32 if triton_interpreting() else tl.float16      # the fp16 operands' dtype, likewise
@@ -325,9 +323,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
     else:
         P = choose_segments(N * HV * NV, NT, num_sms(q.device), programs_per_sm)
-    L = triton.cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
+    L = cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
-        P = triton.cdiv(NT, L)     # no empty segments
+        P = cdiv(NT, L)     # no empty segments
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
     if flag_group is None:
@@ -364,9 +362,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # substitution (v18-v19: 2-3% off the wide shapes, o unchanged on an H200); T is stored at
         # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept.
         inverse = "f16_subst"
-    if wy_defer and inverse != "f16_subst":
-        raise ValueError(f"wy_defer=True defers the fallback of inverse='f16_subst' (the fp16 walk's default), "
-                         f"got inverse={inverse!r}")
     if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
@@ -429,7 +424,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x
         # too). Meta tensors: compile_report's recorded launches, for an sm_90a target.
         device = q.device.type == "meta" or (q.is_cuda and torch.version.hip is None
-                                             and torch.cuda.get_device_capability(q.device)[0] == 9)
+                                             and cuda_facts(cuda_index(q.device))[1] == 9)
         return device and not triton_interpreting() and gluon_available()
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64
@@ -472,7 +467,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         pieces = choose_pieces(N * HV * NV, NT, BT, num_sms(q.device), flags) if (
             cu_seqlens is None and P == 1 and q.device.type in ("cuda", "meta") and not triton_interpreting()) else 1
     pieces = max(1, min(int(pieces), NT))
-    defer_cap = 168 if wy_maxnreg is None else wy_maxnreg     # wy_defer's first launch: three programs an SM
     if wy_maxnreg is None and wy_split > 0 and (not attn_in or (f16 and pieces == 1 and wy_heads == 1)) \
             and not triton_interpreting():
         # Three WY programs an SM instead of two: 2-4% faster on an H200 without stored attention (v3);
@@ -483,7 +477,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         wy_maxnreg = 168
     ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
     if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T
-        pieces = min(NT, max(pieces, triton.cdiv(NT, ring_chunks)))
+        pieces = min(NT, max(pieces, cdiv(NT, ring_chunks)))
 
     if cu_seqlens is None:
         chunk_offsets, slot_seqs, seq_order = dummy, dummy, dummy
@@ -501,22 +495,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
 
     def wy_pass(c_first, n_chunks, done=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
-        done: all chunks, in order, each counted in done when finished). With wy_defer (and no done):
-        two launches, the second forming again the chunks whose inverse needs its tf32x3 fallback."""
+        done: all chunks, in order, each counted in done when finished)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        defer = wy_defer and done is None
-        wide = torch.empty(slots, HV, dtype=torch.int32, device=q.device) if defer else dummy
-        for phase in ("defer", "fix") if defer else ("one",):
-            wy_kernel[(slots * (HV // wy_heads),)](
-                q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
-                slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-                slots, c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
-                BV=max(16, triton.next_power_of_2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
-                IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
-                BC=min(64, BK, triton.next_power_of_2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-                STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads, wide=wide,
-                DEFER=phase == "defer", FIX=phase == "fix",
-                **common, **_maxnreg({"defer": defer_cap, "fix": None}.get(phase, wy_maxnreg)))
+        wy_kernel[(slots * (HV // wy_heads),)](
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
+            slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
+            slots, c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
+            BV=max(16, next_pow2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
+            IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
+            BC=min(64, BK, next_pow2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads, **common, **_maxnreg(wy_maxnreg))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one
@@ -528,7 +516,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _ensure_allocator()
 
     rings = (dummy,) * 4
-    piece_chunks = triton.cdiv(NT, pieces)          # the most chunks a piece holds: its ring slots
+    piece_chunks = cdiv(NT, pieces)          # the most chunks a piece holds: its ring slots
     if ring:
         # Two pieces of chunk states (bf16 parts of -S) and writes (bf16 parts of U).
         slots = 2 * piece_chunks
@@ -584,7 +572,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # 2 x 32 K registers: ``beside``), so walks of other calls cannot crowd it out either. A graph
         # being captured takes the pieces below: a graph may run two kernels of different streams in
         # either order.
-        done = torch.zeros(N, triton.cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
+        done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
         with side_streams(q.device, 1) as (main, side):
             wy_pass(0, NT, done)
             with on_stream(side):
@@ -626,7 +614,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         else:
             maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
         maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
-        NMK = triton.cdiv(K, BV)
+        NMK = cdiv(K, BV)
         _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
             FAST_DOTS=fast_dots, SPLIT=state_split, **walk_launch)

@@ -1,5 +1,5 @@
-"""The certified split of one sequence's state walk into segments (walk_gluon_t's SPLIT; a v24
-candidate, ``triton_forward(..., split_walk=P)``): the host side, the certificates' bounds.
+"""The certified split of one sequence's state walk into segments (walk_gluon_t's SPLIT; opt-in,
+``triton_forward(..., split_walk=P)``): the host side and the certificates' bounds (two kernels).
 
 Few sequences x heads leave most SMs idle (B = 1: 64 programs of 64 columns). Cut each sequence into
 P segments of L chunks; segment p's program walks the W chunks before its segment from a zero state
@@ -25,6 +25,10 @@ difference; with long-memory gates none.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
+
+from .schedule import next_pow2
 
 # W: with the bench's decaying gates (logsigmoid(x + 4), mean g ~ -0.025) a summed log-decay of ~ -38
 # (2^-55): the certificate's 2^-30 then holds while the bound is below ~2^25 of a column's largest
@@ -48,6 +52,84 @@ def split_segments(NT: int, programs: int, slots: int, warmup: int = WARMUP_CHUN
     return segments_of(NT, min(slots // max(programs, 1), NT // (2 * max(warmup, 1))))
 
 
+@triton.jit
+def _chunk_growth_kernel(v, beta, Gc, growth, T, n_chunks, HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                         BVP: tl.constexpr):
+    """growth [N x HV, n_chunks] fp32: chunk c's own addition to the bound, sum over its tokens t of
+    e^{G_last - G_t} |beta_t| max_j |v_tj| (infinite where a beta lies outside [0, 2]). Grid
+    (n_chunks, N x HV); v [N, T, HV, V], beta and Gc [N, T, HV] fp32, all contiguous."""
+    i_c, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    o_t = tl.arange(0, BT)
+    o_v = tl.arange(0, BVP)
+    rows = i_n.to(tl.int64) * T + i_c * BT + o_t                   # the chunk's token rows (all whole)
+    b_v = tl.load(v + (rows * HV + i_hv)[:, None] * V + o_v[None, :], mask=(o_v < V)[None, :], other=0.0)
+    b_beta = tl.load(beta + rows * HV + i_hv)
+    b_G = tl.load(Gc + rows * HV + i_hv)
+    b_G_last = tl.sum(tl.where(o_t == BT - 1, b_G, 0.0), 0)
+    m = tl.abs(b_beta) * tl.max(tl.abs(b_v.to(tl.float32)), 1)
+    b = tl.sum(tl.exp(b_G_last - b_G) * m, 0)
+    growing = tl.sum(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0) > 0
+    tl.store(growth + i_nh.to(tl.int64) * n_chunks + i_c, tl.where(growing, float("inf"), b))
+
+
+@triton.jit
+def _affine(a1, b1, a2, b2):
+    """x -> a1 x + b1, then x -> a2 x + b2."""
+    return a1 * a2, a2 * b1 + b2
+
+
+@triton.jit
+def _segment_bounds_kernel(growth, Gc, h0, err, T, n_chunks, P, L, W, HV: tl.constexpr, K: tl.constexpr,
+                           V: tl.constexpr, BT: tl.constexpr, HAS_H0: tl.constexpr, CB: tl.constexpr,
+                           PB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr):
+    """err [P, N x HV] fp32 (segment_errors): one program a (sequence, value head), grid (N x HV,).
+    The bound's recurrence over whole chunks, B_{c+1} = e^{g_c} B_c + growth_c (g_c chunk c's
+    summed log-decay), CB chunks at a time by an affine scan, in float64 (the warm-up's decay is a
+    difference of long sums); each segment p keeps the bound before its warm-up's first chunk and the
+    log-decays before that chunk and before its own first one."""
+    i_nh = tl.program_id(0)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    x = tl.zeros([], tl.float64)                   # the bound before the block's first chunk
+    if HAS_H0:
+        # h0's largest column 2-norm.
+        o_k = tl.arange(0, BK)
+        o_v = tl.arange(0, BVP)
+        sq = tl.zeros([BVP], tl.float32)
+        for k0 in range(0, K, BK):
+            m_h = ((k0 + o_k) < K)[:, None] & (o_v < V)[None, :]
+            b_h = tl.load(h0 + i_nh.to(tl.int64) * K * V + (k0 + o_k)[:, None] * V + o_v[None, :], mask=m_h,
+                          other=0.0)
+            sq += tl.sum(b_h * b_h, 0)
+        x = tl.sqrt(tl.max(sq, 0).to(tl.float64))
+    s = tl.zeros([], tl.float64)                   # the summed log-decay of the chunks before the block
+    o_p = tl.arange(0, PB)
+    first = tl.maximum(o_p * L - W, 0)             # each segment's warm-up's first chunk
+    kept = tl.zeros([PB], tl.float64)              # the bound before it
+    s_first = tl.zeros([PB], tl.float64)           # the log-decay before it
+    s_own = tl.zeros([PB], tl.float64)             # the log-decay before the segment's first chunk
+    o_c = tl.arange(0, CB)
+    for c0 in range(0, n_chunks, CB):
+        c = c0 + o_c
+        m_c = c < n_chunks                         # past the end: the identity map (g 0, growth 0)
+        g = tl.load(Gc + ((i_n.to(tl.int64) * T + c * BT + BT - 1) * HV + i_hv), mask=m_c, other=0.0).to(tl.float64)
+        b = tl.load(growth + i_nh.to(tl.int64) * n_chunks + c, mask=m_c, other=0.0).to(tl.float64)
+        a, b = tl.associative_scan((tl.exp(g), b), 0, _affine)
+        after = a * x + b                          # the bound after chunk c
+        s_after = s + tl.cumsum(g, 0)              # the log-decay of chunks up to c
+        at_first = c[None, :] == (first - 1)[:, None]
+        kept += tl.sum(tl.where(at_first, after[None, :], 0.0), 1)
+        s_first += tl.sum(tl.where(at_first, s_after[None, :], 0.0), 1)
+        s_own += tl.sum(tl.where(c[None, :] == (o_p * L - 1)[:, None], s_after[None, :], 0.0), 1)
+        x = tl.sum(tl.where(o_c == CB - 1, after, 0.0), 0)
+        s = tl.sum(tl.where(o_c == CB - 1, s_after, 0.0), 0)
+    # (1 + 2^-10): the fp32 growths and decays, far below the certificate's 2^-30 margin. A warm-up
+    # from the sequence's start (first 0, and segment 0) starts from h0: exact.
+    e = tl.exp(s_own - s_first) * kept * (1.0 + 2.0 ** -10)
+    e = tl.where((o_p > 0) & (first > 0), e, 0.0)
+    tl.store(err + o_p * (tl.num_programs(0)) + i_nh, e.to(tl.float32), mask=o_p < P)
+
+
 def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: torch.Tensor | None,
                    BT: int, P: int, L: int, W: int = WARMUP_CHUNKS) -> torch.Tensor:
     """The certificates' bounds: e^{G_win} B for each segment p's start (p * L chunks), column by
@@ -58,47 +140,28 @@ def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: to
 
     v [B, T, HV, V] (any float dtype); Gc [B, T, HV] fp32, the in-chunk cumulative log-decays of the WY
     pass (each chunk's last entry its summed log-decay); beta [B, T, HV]; h0 [B, HV, K, V] fp32 or None.
-    Returns [P, B x HV] fp32, on v's device, without a host sync, in a fixed handful of kernels. Only
-    the chunks before the last segment's start are read; they are all whole.
+    Returns [P, B x HV] fp32, on v's device, in two kernels and without a host sync. Only the chunks
+    before the last segment's start are read; they are all whole.
 
     The keys' norms are 1 to fp16's rounding (the walk's normalised copies), so a token's map may
     grow a column by up to ~2^-11 with beta near 2: over a warm-up of 1024 tokens at most ~1.7x,
     inside the certificate's margin (the float64 study above: the bound ~1000x above the true gap)."""
-    B, T, HV, _ = v.shape
+    B, T, HV, V = v.shape
     n_chunks = (P - 1) * L                             # every chunk before the last segment's start
+    err = torch.empty(P, B * HV, dtype=torch.float32, device=v.device)
     if P < 2 or n_chunks == 0:
-        return torch.zeros(P, B * HV, dtype=torch.float32, device=v.device)
-    rows = n_chunks * BT
-    b_t = beta[:, :rows].float()
-    # Each token's growth of the bound, |beta_t| max_j |v_tj| [B, n_chunks, BT, HV] (one reduction
-    # over v, no copy of it).
-    v_max = torch.linalg.vector_norm(v[:, :rows], ord=float("inf"), dim=-1,
-                                     dtype=torch.promote_types(v.dtype, torch.float32))
-    m = b_t.abs() * v_max.float()
-    G = Gc[:, :rows].view(B, n_chunks, BT, HV)
-    G_chunk = G[:, :, -1]                              # [B, n_chunks, HV]: each chunk's summed log-decay
-    b = (torch.exp(G_chunk[:, :, None] - G) * m.view(B, n_chunks, BT, HV)).sum(2).double()
-    # S[c]: the summed log-decay of chunks 0 .. c - 1 (S[0] = 0), [B, n_chunks + 1, HV], in float64:
-    # the bound takes differences of these long sums.
-    S = torch.nn.functional.pad(torch.cumsum(G_chunk.double(), 1), (0, 0, 1, 0))
-    B0 = torch.zeros(B, HV, dtype=torch.float64, device=v.device) if h0 is None else \
-        torch.linalg.vector_norm(h0.double(), dim=2).amax(-1)
-    p = torch.arange(1, P, device=v.device)
-    start = torch.clamp(p * L - W, min=0)              # each warm-up's first chunk [P - 1]
-    c = torch.arange(n_chunks, device=v.device)
-    S_start = S[:, start]                              # [B, P - 1, HV]
-    # B before chunk `start`: e^{S[start]} B0 + sum over c < start of b_c e^{S[start] - S[c + 1]}
-    # (every exponent kept is <= 0), then decayed through the warm-up.
-    before = (c[None, :] < start[:, None])[None, :, :, None]                # [1, P - 1, n_chunks, 1]
-    decay = torch.where(before, torch.exp(S_start[:, :, None] - S[:, None, 1:]), 0.0)
-    bound = torch.exp(S_start) * B0[:, None] + (b[:, None] * decay).sum(2)
-    # (1 + 2^-10): the fp32 sums of b and the fp32 decays, far below the certificate's 2^-30 margin.
-    err = torch.exp(S[:, p * L] - S_start) * bound * (1.0 + 2.0 ** -10)
-    err = torch.where((start > 0)[None, :, None], err, 0.0)              # from the sequence's start: exact
-    growing = ((b_t < 0) | (b_t > 2)).flatten(1, 1).any(1)                 # [B, HV]
-    err = torch.where(growing[:, None], float("inf"), err)
-    return torch.cat([torch.zeros(1, B * HV, dtype=torch.float32, device=v.device),
-                      err.transpose(0, 1).reshape(P - 1, B * HV).float()])
+        return err.zero_()
+    v, Gc, beta = v.contiguous(), Gc.float().contiguous(), beta.float().contiguous()
+    growth = torch.empty(B * HV, n_chunks, dtype=torch.float32, device=v.device)
+    BVP = next_pow2(V)
+    _chunk_growth_kernel[(n_chunks, B * HV)](v, beta, Gc, growth, T, n_chunks, HV=HV, V=V, BT=BT, BVP=BVP)
+    K = 1 if h0 is None else h0.shape[2]
+    PB = next_pow2(P)
+    _segment_bounds_kernel[(B * HV,)](
+        growth, Gc, v if h0 is None else h0.float().contiguous(), err, T, n_chunks, P, L, W, HV=HV, K=K, V=V,
+        BT=BT, HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
+        BVP=BVP)
+    return err
 
 
 def split_buffers(P: int, N: int, HV: int, K: int, V: int, BV: int, device) -> tuple[torch.Tensor, ...]:

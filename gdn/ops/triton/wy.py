@@ -222,8 +222,7 @@ def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: 
     by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range needs it too. An overflow anywhere
     on the way leaves T with an infinity or a NaN, which the sum of |T| keeps (a max would not: the
     GPU's max.f32 drops NaN); a finite sum below the bound also bounds every entry. Where the
-    fallback is needed, T is not the inverse (unit_lower_inverse forms it then; wy_kernel's DEFER
-    flags the chunk for FIX)."""
+    fallback is needed, T is not the inverse (unit_lower_inverse forms it then)."""
     b_T = b_A
     wide = tile_max(b_A) > 1.0
     if not wide:
@@ -374,8 +373,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
-                     wide_out=None, i_slot=0, DEFER: tl.constexpr = False):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -390,9 +388,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
-    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
-    DEFER (INVERSE "f16_subst"): T without the inverse's tf32x3 fallback (inverse_f16_checked), and
-    wide_out [slots, HV] int32 set to 1 at (i_slot, value head) where T needs it (wy_kernel's FIX)."""
+    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them."""
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -446,11 +442,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
             store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
         b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-        if DEFER:
-            b_T, wide = inverse_f16_checked(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
-            tl.store(wide_out + i_slot * HV + i_hvj, wide.to(tl.int32))
-        else:
-            b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+        b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
         if STORE_T:
             o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
             store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :],
@@ -528,7 +520,7 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-    HEADS: tl.constexpr = 1, wide=None, DEFER: tl.constexpr = False, FIX: tl.constexpr = False,
+    HEADS: tl.constexpr = 1,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -548,31 +540,22 @@ def wy_kernel(
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
-    done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible.
-    DEFER / FIX (split path, F16 with INVERSE "f16_subst", not SIGNAL), two launches over the same
-    grid: DEFER forms every chunk without the inverse's tf32x3 fallback and flags in wide [slots, HV]
-    int32 the (slot, value head) whose T needs it; FIX forms only the flagged programs' chunks again,
-    with it (the other programs return at once). The common kernel then holds no fallback code: 248
-    registers against 255, so it fits a cap of 168 (three programs an SM) with far fewer spills."""
+    done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
     # and the heads that share a q/k head read its tiles while they are in L2.
     NPH: tl.constexpr = HV // HEADS                      # programs a chunk
-    tl.static_assert(not (DEFER or FIX) or (WY_SPLIT > 0 and F16 and not SIGNAL), "DEFER / FIX: the fp16 walk's pass")
     i_slot, i_hv = tl.program_id(0) // NPH, tl.program_id(0) % NPH * HEADS
     if i_slot >= NUM_SLOTS:
         return
-    if FIX:
-        if tl.sum(tl.load(wide + i_slot * HV + i_hv + tl.arange(0, HEADS)), axis=0) == 0:
-            return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, wide, i_slot, DEFER)
+                         F16_DOT, HEADS)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()

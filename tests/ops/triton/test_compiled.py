@@ -23,7 +23,6 @@ REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py
     ("1,2,64,128", ["--variants", "gluon t"]),                 # V = 128: two programs a head
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
     ("1,2,64,64", ["--variants", "gluon t split", "--shape", "1,8192"]),      # the certified split's launches
-    ("1,2,64,64", ["--variants", "wy defer", "--packed", "2"]),                # the WY pass in two launches
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

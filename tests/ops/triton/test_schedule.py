@@ -28,3 +28,12 @@ def test_choose_flag_group_grows_for_long_sequences():
     8k and 16k; benchmarks/NOTES.md v8)."""
     from gdn.ops.triton.schedule import choose_flag_group
     assert [choose_flag_group(T // 64) for T in (8192, 16384, 32768, 65535, 65536, 131072)] == [8, 8, 8, 8, 16, 16]
+
+
+def test_host_arithmetic_matches_triton():
+    """schedule.cdiv and next_pow2, the launcher's plain-Python twins of Triton's host helpers."""
+    import triton
+    from gdn.ops.triton.schedule import cdiv, next_pow2
+    assert all(cdiv(a, b) == triton.cdiv(a, b) for a in range(0, 300) for b in range(1, 70))
+    assert all(next_pow2(n) == triton.next_power_of_2(n) for n in range(1, 5000))
+    assert cdiv(2 ** 40 + 1, 64) == 2 ** 34 + 1 and next_pow2(2 ** 33 + 1) == 2 ** 34

@@ -81,38 +81,3 @@ def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     assert T_parts.abs().max() > 16384 and torch.isfinite(T_parts).all()
     assert torch.equal(T_subst, T_parts)
     assert not torch.equal(T_pairs, T_parts)
-
-
-@pytest.mark.parametrize("wide", [False, True])
-def test_deferred_fallback_forms_the_same_chunks(wide, monkeypatch):
-    """wy_defer: the WY pass without the inverse's tf32x3 fallback, then a second launch that forms
-    again only the chunks flagged as needing it. o and S bit for bit as one launch with the fallback
-    inside; the flags set exactly where a chunk needs it (beta near 2 on nearly parallel keys: every
-    |A_ij| near 2; random inputs: none)."""
-    from gdn.ops.triton import triton_forward
-    from tests.ops.triton.launches import spy_launches
-    from tests.reference import parallel_key_inputs, random_inputs
-    fixes = []
-    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: fixes.append(kw["wide"].clone()) if kw["FIX"] else None)
-    if wide:
-        q, k, v, g, beta, S0 = parallel_key_inputs(2.0, device=DEVICE, K=32)
-    else:
-        q, k, v, g, beta, S0 = random_inputs(1, 200, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
-                                             device=DEVICE)
-    # One piece: the WY pass alone (on a GPU, so few heads would run the walk beside it, where the
-    # fallback stays in the kernel).
-    call = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, pieces=1)
-    o, S = triton_forward(q, k, v, g, beta, **call)
-    o_d, S_d = triton_forward(q, k, v, g, beta, wy_defer=True, **call)
-    assert torch.isfinite(o).all() and torch.equal(o_d, o) and torch.equal(S_d, S)
-    assert len(fixes) == 1
-    assert bool((fixes[0] == 1).all()) if wide else not fixes[0].any()
-
-
-def test_deferred_fallback_refusals():
-    """wy_defer defers the fp16 walk's f16_subst fallback only: other inverses are refused by name."""
-    from gdn.ops.triton import triton_forward
-    q = torch.empty(1, 64, 1, 32, dtype=torch.bfloat16, device="meta")
-    g = torch.zeros(1, 64, 1, device="meta")
-    with pytest.raises(ValueError, match="wy_defer=True defers the fallback of inverse='f16_subst'"):
-        triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, inverse="blocks_parts", wy_defer=True)
