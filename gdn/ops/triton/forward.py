@@ -86,11 +86,12 @@ def _ensure_allocator() -> None:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
-def _certified_split(split_walk, warmup, v, Gc, beta, h0, K, BT, NT, programs, BV, sms):
+def _certified_split(split_walk, warmup, v, g, beta, h0, K, BT, NT, programs, BV, sms):
     """walk_gluon_t's split argument for ``split_walk`` (True: segments from the SM count, two programs
     an SM; an int: that many segments) and ``split_warmup`` chunks of warm-up (None: split_walk's
     WARMUP_CHUNKS); None where one segment results. Its certificates' outcomes stay in
-    split_walk.last_outcome (diagnostics: tests, benchmarks)."""
+    split_walk.last_outcome (diagnostics: tests, benchmarks). Its launches read only the inputs
+    (v, g, beta, h0), so they may run beside the WY pass."""
     from . import split_walk as sw
     sw.last_outcome = None
     W = sw.WARMUP_CHUNKS if warmup is None else warmup
@@ -98,7 +99,7 @@ def _certified_split(split_walk, warmup, v, Gc, beta, h0, K, BT, NT, programs, B
     if P < 2:
         return None
     B, _, HV, V = v.shape
-    err = sw.segment_errors(v, Gc, beta, h0, BT, P, L, W)
+    err = sw.segment_errors(v, g, beta, h0, BT, P, L, W)
     warm, pub, flags, ok = sw.split_buffers(P, B, HV, K, V, BV, v.device)
     sw.last_outcome = ok
     return P, L, W, err, warm, pub, flags, ok
@@ -189,10 +190,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     opt-in): the certified split of gdn.ops.triton.split_walk, after the WY pass. On an H200 (v24, B1,
     bf16) 22-25% faster than the default from 32k tokens on with gates that forget, 29-35% slower
     with long memory (every segment then waits, and the WY pass no longer runs beside the walk): the
-    gates decide, and they are known only on the device, so it is not a default. True takes segments from the SM count (split_walk.split_segments: all programs resident,
-    each segment at least twice its warm-up), an int that many segments; ``split_warmup`` the chunks
-    each segment walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment
-    whose warm-up does not certify waits for the one before.
+    gates decide, and they are known only on the device, so it is not a default. True takes
+    segments from the SM count (split_walk.split_segments: all programs resident, each segment at
+    least twice its warm-up), an int that many segments; ``split_warmup`` the chunks each segment
+    walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment whose
+    warm-up does not certify waits for the one before. The certificates' bounds run on a side
+    stream beside the WY pass.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -524,6 +527,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         ring_writes = torch.empty(2, slots, N * HV, BT, V, dtype=torch.bfloat16, device=q.device)
         rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
 
+    split = None                   # walk_gluon_t's certified split (split_walk: formed beside the WY pass)
+
     def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None):
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
@@ -539,9 +544,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and longest_first else None, done,
-                         flag_group if done is not None else 1,
-                         _certified_split(split_walk, split_warmup, v, Gc, beta, h_in, K, BT, NT, N * HV * NV, BV,
-                                          num_sms(q.device)) if split_walk else None)
+                         flag_group if done is not None else 1, split)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -606,7 +609,20 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                         outputs_done.append(rest[0].record_event())
         return o, ht
 
-    wy_pass(0, NT)
+    if split_walk:
+        # The certificates' bounds on a side stream beside the WY pass (v24: 0.07 ms of a 0.94 ms call
+        # at B1 x T32k when after it). Their tensors, made there, are marked as used on the caller's
+        # stream too, which the walk runs on.
+        with side_streams(q.device, 1) as (main, side):
+            with on_stream(side):
+                split = _certified_split(split_walk, split_warmup, v, g, beta, h0, K, BT, NT, N * HV * NV, BV,
+                                         num_sms(q.device))
+            if main is not None and split is not None:
+                for t in split[3:]:
+                    t.record_stream(main)
+            wy_pass(0, NT)
+    else:
+        wy_pass(0, NT)
     if P > 1:
         if state_split > 0:
             A_parts = torch.empty(state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)

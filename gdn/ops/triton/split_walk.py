@@ -53,11 +53,14 @@ def split_segments(NT: int, programs: int, slots: int, warmup: int = WARMUP_CHUN
 
 
 @triton.jit
-def _chunk_growth_kernel(v, beta, Gc, growth, T, n_chunks, HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                         BVP: tl.constexpr):
+def _chunk_growth_kernel(v, g, beta, growth, decay, T, n_chunks, HV: tl.constexpr, V: tl.constexpr,
+                         BT: tl.constexpr, BVP: tl.constexpr):
     """growth [N x HV, n_chunks] fp32: chunk c's own addition to the bound, sum over its tokens t of
-    e^{G_last - G_t} |beta_t| max_j |v_tj| (infinite where a beta lies outside [0, 2]). Grid
-    (n_chunks, N x HV); v [N, T, HV, V], beta and Gc [N, T, HV] fp32, all contiguous."""
+    e^{G_last - G_t} |beta_t| max_j |v_tj| (infinite where a beta lies outside [0, 2]), G the in-chunk
+    cumulative log-decay; decay [N x HV, n_chunks] fp32 its summed log-decay G_last. Grid
+    (n_chunks, N x HV); v [N, T, HV, V], g and beta [N, T, HV] fp32, all contiguous. From g itself,
+    not from the WY pass's G (the same cumulative sums, to fp32's rounding, which the bound's margin
+    covers), so that the bounds run beside that pass."""
     i_c, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hv = i_nh // HV, i_nh % HV
     o_t = tl.arange(0, BT)
@@ -65,12 +68,13 @@ def _chunk_growth_kernel(v, beta, Gc, growth, T, n_chunks, HV: tl.constexpr, V: 
     rows = i_n.to(tl.int64) * T + i_c * BT + o_t                   # the chunk's token rows (all whole)
     b_v = tl.load(v + (rows * HV + i_hv)[:, None] * V + o_v[None, :], mask=(o_v < V)[None, :], other=0.0)
     b_beta = tl.load(beta + rows * HV + i_hv)
-    b_G = tl.load(Gc + rows * HV + i_hv)
+    b_G = tl.cumsum(tl.load(g + rows * HV + i_hv), 0)
     b_G_last = tl.sum(tl.where(o_t == BT - 1, b_G, 0.0), 0)
     m = tl.abs(b_beta) * tl.max(tl.abs(b_v.to(tl.float32)), 1)
     b = tl.sum(tl.exp(b_G_last - b_G) * m, 0)
     growing = tl.sum(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0) > 0
     tl.store(growth + i_nh.to(tl.int64) * n_chunks + i_c, tl.where(growing, float("inf"), b))
+    tl.store(decay + i_nh.to(tl.int64) * n_chunks + i_c, b_G_last)
 
 
 @triton.jit
@@ -80,16 +84,15 @@ def _affine(a1, b1, a2, b2):
 
 
 @triton.jit
-def _segment_bounds_kernel(growth, Gc, h0, err, T, n_chunks, P, L, W, HV: tl.constexpr, K: tl.constexpr,
-                           V: tl.constexpr, BT: tl.constexpr, HAS_H0: tl.constexpr, CB: tl.constexpr,
-                           PB: tl.constexpr, BK: tl.constexpr, BVP: tl.constexpr):
+def _segment_bounds_kernel(growth, decay, h0, err, n_chunks, P, L, W, K: tl.constexpr, V: tl.constexpr,
+                           HAS_H0: tl.constexpr, CB: tl.constexpr, PB: tl.constexpr, BK: tl.constexpr,
+                           BVP: tl.constexpr):
     """err [P, N x HV] fp32 (segment_errors): one program a (sequence, value head), grid (N x HV,).
     The bound's recurrence over whole chunks, B_{c+1} = e^{g_c} B_c + growth_c (g_c chunk c's
     summed log-decay), CB chunks at a time by an affine scan, in float64 (the warm-up's decay is a
     difference of long sums); each segment p keeps the bound before its warm-up's first chunk and the
     log-decays before that chunk and before its own first one."""
     i_nh = tl.program_id(0)
-    i_n, i_hv = i_nh // HV, i_nh % HV
     x = tl.zeros([], tl.float64)                   # the bound before the block's first chunk
     if HAS_H0:
         # h0's largest column 2-norm.
@@ -112,7 +115,7 @@ def _segment_bounds_kernel(growth, Gc, h0, err, T, n_chunks, P, L, W, HV: tl.con
     for c0 in range(0, n_chunks, CB):
         c = c0 + o_c
         m_c = c < n_chunks                         # past the end: the identity map (g 0, growth 0)
-        g = tl.load(Gc + ((i_n.to(tl.int64) * T + c * BT + BT - 1) * HV + i_hv), mask=m_c, other=0.0).to(tl.float64)
+        g = tl.load(decay + i_nh.to(tl.int64) * n_chunks + c, mask=m_c, other=0.0).to(tl.float64)
         b = tl.load(growth + i_nh.to(tl.int64) * n_chunks + c, mask=m_c, other=0.0).to(tl.float64)
         a, b = tl.associative_scan((tl.exp(g), b), 0, _affine)
         after = a * x + b                          # the bound after chunk c
@@ -130,7 +133,7 @@ def _segment_bounds_kernel(growth, Gc, h0, err, T, n_chunks, P, L, W, HV: tl.con
     tl.store(err + o_p * (tl.num_programs(0)) + i_nh, e.to(tl.float32), mask=o_p < P)
 
 
-def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: torch.Tensor | None,
+def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: torch.Tensor | None,
                    BT: int, P: int, L: int, W: int = WARMUP_CHUNKS) -> torch.Tensor:
     """The certificates' bounds: e^{G_win} B for each segment p's start (p * L chunks), column by
     column at most what the true state before its warm-up (chunks max(p L - W, 0) .. p L - 1) adds to
@@ -138,10 +141,10 @@ def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: to
     (they start from h0: exact); infinite (never certified) where a beta outside [0, 2] makes a
     token's map grow the state.
 
-    v [B, T, HV, V] (any float dtype); Gc [B, T, HV] fp32, the in-chunk cumulative log-decays of the WY
-    pass (each chunk's last entry its summed log-decay); beta [B, T, HV]; h0 [B, HV, K, V] fp32 or None.
-    Returns [P, B x HV] fp32, on v's device, in two kernels and without a host sync. Only the chunks
-    before the last segment's start are read; they are all whole.
+    v [B, T, HV, V] (any float dtype); g [B, T, HV], the log-decays; beta [B, T, HV]; h0 [B, HV, K, V]
+    fp32 or None. Returns [P, B x HV] fp32, on v's device, in two kernels and without a host sync;
+    nothing of the WY pass is read, so they may run beside it. Only the chunks before the last
+    segment's start are read; they are all whole.
 
     The keys' norms are 1 to fp16's rounding (the walk's normalised copies), so a token's map may
     grow a column by up to ~2^-11 with beta near 2: over a warm-up of 1024 tokens at most ~1.7x,
@@ -151,15 +154,15 @@ def segment_errors(v: torch.Tensor, Gc: torch.Tensor, beta: torch.Tensor, h0: to
     err = torch.empty(P, B * HV, dtype=torch.float32, device=v.device)
     if P < 2 or n_chunks == 0:
         return err.zero_()
-    v, Gc, beta = v.contiguous(), Gc.float().contiguous(), beta.float().contiguous()
-    growth = torch.empty(B * HV, n_chunks, dtype=torch.float32, device=v.device)
+    v, g, beta = v.contiguous(), g.float().contiguous(), beta.float().contiguous()
+    growth, decay = torch.empty(2, B * HV, n_chunks, dtype=torch.float32, device=v.device)
     BVP = next_pow2(V)
-    _chunk_growth_kernel[(n_chunks, B * HV)](v, beta, Gc, growth, T, n_chunks, HV=HV, V=V, BT=BT, BVP=BVP)
+    _chunk_growth_kernel[(n_chunks, B * HV)](v, g, beta, growth, decay, T, n_chunks, HV=HV, V=V, BT=BT, BVP=BVP)
     K = 1 if h0 is None else h0.shape[2]
     PB = next_pow2(P)
     _segment_bounds_kernel[(B * HV,)](
-        growth, Gc, v if h0 is None else h0.float().contiguous(), err, T, n_chunks, P, L, W, HV=HV, K=K, V=V,
-        BT=BT, HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
+        growth, decay, v if h0 is None else h0.float().contiguous(), err, n_chunks, P, L, W, K=K, V=V,
+        HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
         BVP=BVP)
     return err
 

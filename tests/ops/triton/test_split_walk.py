@@ -19,14 +19,13 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"          # the bounds' k
 
 def _problem(gate, T=160, HV=2, V=8, seed=0):
     q, k, v, g, beta, S0 = random_inputs(1, T, 1, HV, 8, V, gate=gate, initial_state=True, seed=seed)
-    Gc = torch.cumsum(g.view(1, -1, BT, HV), 2).view_as(g)          # the WY pass's in-chunk cumsum
-    return q, k, v, g, beta, S0, Gc
+    return q, k, v, g, beta, S0
 
 
-def _errors(v, Gc, beta, S0, *segments):
+def _errors(v, g, beta, S0, *segments):
     """split_walk.segment_errors on DEVICE, back on the CPU."""
     on = lambda x: None if x is None else x.to(DEVICE)
-    return split_walk.segment_errors(on(v), on(Gc), on(beta), on(S0), BT, *segments).cpu()
+    return split_walk.segment_errors(on(v), on(g), on(beta), on(S0), BT, *segments).cpu()
 
 
 def _token_bound(v, g, beta, S0, tokens):
@@ -45,9 +44,9 @@ def test_segment_errors_follow_the_recurrence(gate, T, P, L, W, h0):
     """Each segment's bound equals e^{G_win} B, B from the token-by-token recurrence (float64), to
     fp32's rounding and the bound's 2^-10 margin; 0 for segment 0 and where the warm-up starts at the
     sequence's start."""
-    q, k, v, g, beta, S0, Gc = _problem(gate, T=T)
+    q, k, v, g, beta, S0 = _problem(gate, T=T)
     S0 = S0 if h0 else None
-    err = _errors(v, Gc, beta, S0, P, L, W)
+    err = _errors(v, g, beta, S0, P, L, W)
     assert err.shape == (P, 2) and err.dtype == torch.float32
     assert torch.equal(err[0], torch.zeros(2))
     for p in range(1, P):
@@ -59,17 +58,17 @@ def test_segment_errors_follow_the_recurrence(gate, T, P, L, W, h0):
         B = _token_bound(v, g, beta, torch.zeros(1, 2, 8, 8) if S0 is None else S0, start * BT)
         expected = torch.exp(win) * B * (1 + 2.0 ** -10)
         torch.testing.assert_close(err[p].double(), expected, rtol=1e-4, atol=1e-30)
-    assert torch.equal(_errors(v, Gc, beta, S0, 4, 5, 5)[1], torch.zeros(2))
+    assert torch.equal(_errors(v, g, beta, S0, 4, 5, 5)[1], torch.zeros(2))
 
 
 def test_segment_errors_bound_the_warm_up():
     """What the bound promises: the true state at a segment's start and the state its warm-up walks
     from zeros differ, in every column's 2-norm, by at most the segment's bound (float64 reference;
     random gates and values, beta in [0, 2])."""
-    q, k, v, g, beta, S0, Gc = _problem("normal", seed=3)
+    q, k, v, g, beta, S0 = _problem("normal", seed=3)
     beta = beta * 2
     P, L, W = 3, 6, 2
-    err = _errors(v, Gc, beta, S0, P, L, W)
+    err = _errors(v, g, beta, S0, P, L, W)
     for p in range(1, P):
         start, end = (p * L - W) * BT, p * L * BT
         _, S_true = reference_gdn(q[:, :end], k[:, :end], v[:, :end], g[:, :end], beta[:, :end], initial_state=S0,
@@ -83,12 +82,12 @@ def test_segment_errors_bound_the_warm_up():
 def test_segment_errors_refuse_growing_maps():
     """A beta outside [0, 2] makes a token's map grow the state, which the bound does not cover: that
     head's segments never certify (an infinite bound), the others keep theirs."""
-    q, k, v, g, beta, S0, Gc = _problem("normal")
+    q, k, v, g, beta, S0 = _problem("normal")
     beta[0, 5, 1] = 2.5
-    err = _errors(v, Gc, beta, S0, 4, 5, 2)
+    err = _errors(v, g, beta, S0, 4, 5, 2)
     assert torch.isinf(err[1:, 1]).all() and torch.isfinite(err[1:, 0]).all()
     beta[0, 5, 1] = -0.1
-    assert torch.isinf(_errors(v, Gc, beta, S0, 4, 5, 2)[1:, 1]).all()
+    assert torch.isinf(_errors(v, g, beta, S0, 4, 5, 2)[1:, 1]).all()
 
 
 def test_split_segments():
