@@ -34,7 +34,7 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .chunk_out import _chunk_out_kernel
-from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_facts, cuda_index, next_pow2,
+from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major, next_pow2,
                        num_sms, on_stream, on_tensor_device, side_streams)
 from .wy import wy_kernel
 
@@ -53,7 +53,7 @@ def _tma_ready(*tensors) -> bool:
         return False
     if triton_interpreting():
         return True
-    return tensors[0].is_cuda and cuda_facts(cuda_index(tensors[0].device))[1] >= 9
+    return tensors[0].is_cuda and cuda_major(tensors[0].device) >= 9
 
 
 @functools.cache
@@ -427,7 +427,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # wgmma is sm_90's alone (Blackwell's sm_100/sm_120 have other matrix units; ROCm reports 9.x
         # too). Meta tensors: compile_report's recorded launches, for an sm_90a target.
         device = q.device.type == "meta" or (q.is_cuda and torch.version.hip is None
-                                             and cuda_facts(cuda_index(q.device))[1] == 9)
+                                             and cuda_major(q.device) == 9)
         return device and not triton_interpreting() and gluon_available()
     if walk is None:
         # Gluon's walk where the defaults take the wide walk, in the shape it was measured in (64

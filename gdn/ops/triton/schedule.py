@@ -21,21 +21,26 @@ def next_pow2(n: int) -> int:
 
 
 @functools.cache
-def cuda_facts(index: int) -> tuple[int, int]:
+def _cuda_facts(index: int) -> tuple[int, int]:
     """(SMs, compute capability's major) of CUDA device ``index``, asked once: each query costs ~10 us
     of the host's time, several a call, which at small shapes is time the GPU waits for."""
     props = torch.cuda.get_device_properties(index)
     return props.multi_processor_count, props.major
 
 
-def cuda_index(device: torch.device) -> int:
-    return torch.cuda.current_device() if device.index is None else device.index
+def _facts(device: torch.device) -> tuple[int, int]:
+    return _cuda_facts(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
-        return cuda_facts(cuda_index(device))[0]
+        return _facts(device)[0]
     return 4                       # Triton's CPU interpreter: small, so small tests exercise the split
+
+
+def cuda_major(device: torch.device) -> int:
+    """The compute capability's major version of CUDA device ``device``."""
+    return _facts(device)[1]
 
 
 def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_sm: int = 2,
