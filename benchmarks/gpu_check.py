@@ -273,7 +273,7 @@ def timing() -> None:
 def host() -> None:
     """Where the host's time of a call goes (cProfile over 20 calls of each config in GDN_CONFIGS,
     default "default", at GDN_HOST_SHAPE, default 1x32768), measured while the GPU is busy; sorted by
-    GDN_HOST_SORT (pstats' key, default "tottime")."""
+    each of GDN_HOST_SORT's pstats keys (","-separated, default "tottime"), GDN_HOST_LINES lines each."""
     import cProfile
     import pstats
     (B, T), = env_shapes("GDN_HOST_SHAPE", "1x32768")
@@ -290,7 +290,8 @@ def host() -> None:
         prof.disable()
         torch.cuda.synchronize()
         print(f"\nhost profile, {cname}, B{B}xT{T}: 20 calls (tottime, cumtime in s)")
-        pstats.Stats(prof).sort_stats(os.environ.get("GDN_HOST_SORT", "tottime")).print_stats(18)
+        for key in os.environ.get("GDN_HOST_SORT", "tottime").split(","):
+            pstats.Stats(prof).sort_stats(key).print_stats(int(os.environ.get("GDN_HOST_LINES", "18")))
 
 
 def profile() -> None:

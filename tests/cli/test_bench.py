@@ -70,3 +70,24 @@ def test_bench_keeps_config_rows_when_providers_are_picked(monkeypatch):
     monkeypatch.setattr(configs, "CONFIGS", {"x": {}})
     monkeypatch.setattr(bench, "available_peers", lambda device, errors: {"fla": None})
     assert list(bench._providers("cuda", ["gdn", "fla"], ["x"])) == ["gdn", "gdn[x]", "fla"]
+
+
+def test_bench_skips_a_config_that_refuses_a_shape(tmp_path, monkeypatch, capsys):
+    """A named config may refuse a shape (the certified split refuses packed sequences): that row is
+    printed as skipped and the run goes on; the same ValueError from our default op is raised."""
+    import gdn.cli.bench as bench
+    from gdn import gated_delta_rule
+
+    def refuses(q, *args, cu_seqlens=None, **kwargs):
+        if cu_seqlens is not None:
+            raise ValueError("split_walk takes dense sequences")
+        return gated_delta_rule(q, *args, backend="chunk", **kwargs)
+    ours = lambda *a, **kw: gated_delta_rule(*a, backend="chunk", **kw)
+    monkeypatch.setattr(bench, "_providers", lambda device, names, configs: {"gdn": ours, "gdn[x]": refuses})
+    run_bench(_args(tmp_path))
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert set(rows[0]["ms"]) == {"gdn", "gdn[x]"} and set(rows[1]["ms"]) == {"gdn"}
+    assert "gdn[x]: skipped (ValueError: split_walk takes dense sequences)" in capsys.readouterr().out
+    monkeypatch.setattr(bench, "_providers", lambda device, names, configs: {"gdn": refuses})
+    with pytest.raises(ValueError, match="split_walk takes dense"):
+        run_bench(_args(tmp_path))

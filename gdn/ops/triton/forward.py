@@ -86,18 +86,31 @@ def _ensure_allocator() -> None:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
-def _certified_split(split_walk, warmup, v, g, beta, h0, K, BT, NT, programs, BV, sms):
-    """walk_gluon_t's split argument for ``split_walk`` (True: segments from the SM count, two programs
-    an SM; an int: that many segments) and ``split_warmup`` chunks of warm-up (None: split_walk's
-    WARMUP_CHUNKS); None where one segment results. Its certificates' outcomes stay in
-    split_walk.last_outcome (diagnostics: tests, benchmarks). Its launches read only the inputs
-    (v, g, beta, h0), so they may run beside the WY pass."""
+def _split_plan(split_walk, warmup, NT, programs, sms, group, beside_ok):
+    """(P, L, W, group, beside) of walk_gluon_t's certified split for ``split_walk`` (True: segments
+    from the SM count; an int: that many) and ``split_warmup`` chunks of warm-up (None: split_walk's
+    WARMUP_CHUNKS): beside the WY pass where ``beside_ok`` (the flags' conditions) and the segments'
+    programs leave an SM free (split_walk.beside_segments, which may halve the flag group ``group``),
+    else after it, two programs an SM (split_walk.split_segments). P < 2: no split."""
     from . import split_walk as sw
-    sw.last_outcome = None
     W = sw.WARMUP_CHUNKS if warmup is None else warmup
-    P, L = sw.split_segments(NT, programs, 2 * sms, W) if split_walk is True else sw.segments_of(NT, int(split_walk))
-    if P < 2:
-        return None
+    if split_walk is True:
+        if beside_ok:
+            P, L, g = sw.beside_segments(NT, programs, sms, group, W)
+            if P > 1:
+                return P, L, W, g, True
+        P, L = sw.split_segments(NT, programs, 2 * sms, W)
+        return P, L, W, group, False
+    P, L = sw.segments_of(NT, int(split_walk))
+    return P, L, W, sw.aligned_group(group, L, W), beside_ok and P * programs < sms
+
+
+def _certified_split(P, L, W, v, g, beta, h0, K, BT, BV):
+    """walk_gluon_t's split argument (P, L, W, seg_err, seg_warm, seg_pub, seg_flags, seg_ok) for P segments
+    of L chunks warmed up over W. Its certificates' outcomes stay in split_walk.last_outcome
+    (diagnostics: tests, benchmarks). Its launches read only the inputs (v, g, beta, h0), so they
+    may run beside the WY pass."""
+    from . import split_walk as sw
     B, _, HV, V = v.shape
     err = sw.segment_errors(v, g, beta, h0, BT, P, L, W)
     warm, pub, flags, ok = sw.split_buffers(P, B, HV, K, V, BV, v.device)
@@ -114,7 +127,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=False, split_warmup=None, out=None):
+                   operands=None, walk=None, split_walk=False, split_warmup=None, split_beside=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -187,15 +200,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
     which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
     ``split_walk`` (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
-    opt-in): the certified split of gdn.ops.triton.split_walk, after the WY pass. On an H200 (v24, B1,
-    bf16) 22-25% faster than the default from 32k tokens on with gates that forget, 29-35% slower
+    opt-in): the certified split of gdn.ops.triton.split_walk, after the WY pass. On an H200 (v25, B1,
+    bf16) 24-27% faster than the default from 32k tokens on with gates that forget, 29-33% slower
     with long memory (every segment then waits, and the WY pass no longer runs beside the walk): the
     gates decide, and they are known only on the device, so it is not a default. True takes
     segments from the SM count (split_walk.split_segments: all programs resident, each segment at
     least twice its warm-up), an int that many segments; ``split_warmup`` the chunks each segment
     walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment whose
     warm-up does not certify waits for the one before. The certificates' bounds run on a side
-    stream beside the WY pass.
+    stream beside the WY pass. ``split_beside`` (with overlap="flags", outside graph capture) runs
+    the segments beside the WY pass instead, which forms the chunks in the order they need them
+    (wy_kernel's FEED) while they wait on its counts; True segments then leave an SM free
+    (split_walk.beside_segments: 2 at B1 x HV 32). On an H200 no faster than after it (v25: one
+    program an SM walks a chunk in ~3.3 us, two share an SM at ~2.8 us each).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -462,6 +479,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_walk and not (split_walk is True or (isinstance(split_walk, int) and split_walk >= 1)):
         raise ValueError(f"split_walk must be False, True or an int of at least 1 (segments), got {split_walk!r}")
+    if split_beside and not split_walk:
+        raise ValueError("split_beside=True needs split_walk (the certified split it places beside the WY pass)")
     if split_walk and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
         raise ValueError("split_walk (the certified split) takes walk='gluon_t' on dense sequences whose chunks "
                          f"read no other sequence's rows (B = 1 or T a multiple of the chunk), got walk={walk!r}"
@@ -496,14 +515,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         slot_ids = torch.arange(NT + N, dtype=torch.int32, device=q.device)
         slot_seqs = torch.searchsorted(chunk_offsets[1:], slot_ids, right=True, out_int32=True).clamp_(max=N - 1)
 
-    def wy_pass(c_first, n_chunks, done=None):
+    def wy_pass(c_first, n_chunks, done=None, feed=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
-        done: all chunks, in order, each counted in done when finished)."""
+        done: all chunks, in order, each counted in done when finished; with feed = (P, L, W) in the
+        order of the certified split's segments)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         wy_kernel[(slots * (HV // wy_heads),)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-            slots, c_first, SIGNAL=done is not None, GROUP=flag_group if done is not None else 1,
+            slots, c_first, *(feed or (0, 0, 0)), SIGNAL=done is not None, FEED=feed is not None,
+            GROUP=flag_group if done is not None else 1,
             BV=max(16, next_pow2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, next_pow2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
@@ -610,17 +631,35 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         return o, ht
 
     if split_walk:
-        # The certificates' bounds on a side stream beside the WY pass (v24: 0.07 ms of a 0.94 ms call
-        # at B1 x T32k when after it). Their tensors, made there, are marked as used on the caller's
-        # stream too, which the walk runs on.
+        from . import split_walk as sw
+        sw.last_outcome = None
+        programs = N * HV * NV
+        beside_ok = split_beside and overlap == "flags" and t_in and outputs == "walk" and beside and not (
+            q.is_cuda and torch.cuda.is_current_stream_capturing())
+        P_s, L_s, W_s, group, beside_split = _split_plan(split_walk, split_warmup, NT, programs, num_sms(q.device),
+                                                         flag_group, beside_ok)
+        if P_s > 1 and beside_split:
+            # The WY pass first, over all chunks in the order the segments need them, counting each group
+            # done; on the side stream the certificates' bounds beside it, then the segments' walk, which
+            # waits for the counts (the flags' argument above: fewer walk programs than SMs).
+            flag_group = group
+            done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
+            with side_streams(q.device, 1) as (main, side):
+                wy_pass(0, NT, done, feed=(P_s, L_s, W_s))
+                with on_stream(side):
+                    split = _certified_split(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
+                    state_walk(0, 1 << 30, h0, ht, done=done)
+            return o, ht
+        # After the WY pass: its launch first, then the bounds on a side stream beside it (their
+        # tensors, made there, marked as used on the caller's stream, which the walk runs on).
         with side_streams(q.device, 1) as (main, side):
-            with on_stream(side):
-                split = _certified_split(split_walk, split_warmup, v, g, beta, h0, K, BT, NT, N * HV * NV, BV,
-                                         num_sms(q.device))
-            if main is not None and split is not None:
-                for t in split[3:]:
-                    t.record_stream(main)
             wy_pass(0, NT)
+            if P_s > 1:
+                with on_stream(side):
+                    split = _certified_split(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
+                if main is not None:
+                    for t in split[3:]:
+                        t.record_stream(main)
     else:
         wy_pass(0, NT)
     if P > 1:

@@ -18,6 +18,11 @@ difference shrinks further along the segment); a program whose bound is larger (
 state far smaller than the values before it) waits for segment p - 1's final state instead, so the
 result is exact either way, and long memory degrades to a sequential walk.
 
+Placement: after the WY pass by default (split_segments: two programs an SM), or beside it
+(``split_beside``; beside_segments: fewer programs than SMs), where the WY pass forms the chunks in
+the order the segments walk them (feed_chunk, feed_order its reference) and the walk waits on its
+counts. On an H200 the second was no faster (benchmarks/NOTES.md v25).
+
 benchmarks/split_certificate.py checked the bound in float64 (T = 16384, segment starts every 4096
 tokens): with decaying gates 16 warm-up chunks certify every start, the bound ~1000x above the true
 difference; with long-memory gates none.
@@ -165,6 +170,68 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
         HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
         BVP=BVP)
     return err
+
+
+def aligned_group(group: int, *lengths: int) -> int:
+    """The flag group halved until it divides every length (chunks): beside the WY pass each segment's
+    walk starts on a group's boundary (walk_gluon.first_fills), so no warm-up waits for a group that
+    holds chunks the feed order forms late."""
+    while group > 1 and any(n % group for n in lengths):
+        group //= 2
+    return group
+
+
+def beside_segments(NT: int, programs: int, sms: int, group: int,
+                    warmup: int = WARMUP_CHUNKS) -> tuple[int, int, int]:
+    """(P, L, group) for the split beside the WY pass (its walk waits on the WY pass's counts):
+    fewer walk programs than SMs, so that one SM always has room for a WY program, which waits for
+    nothing (the flags' argument, gdn.ops.triton.forward), each segment at least twice its warm-up;
+    the flag group aligned to the warm-up and L rounded up to a multiple of it. (1, NT, group) where
+    no split fits."""
+    group = aligned_group(group, warmup)
+    P = min((sms - 1) // max(programs, 1), NT // (2 * max(warmup, 1)))
+    if P < 2:
+        return 1, NT, group
+    L = -(-(-(-NT // P)) // group) * group
+    P = -(-NT // L)
+    return (P, L, group) if P > 1 else (1, NT, group)
+
+
+def feed_order(NT: int, P: int, L: int, W: int) -> list[int]:
+    """The chunks in the order the WY pass forms them beside the split walk (feed_chunk's reference):
+    by the time t at which a segment's program needs them (segment p >= 1 walks chunk p L - W + t at
+    step t, its warm-up then its own chunks; segment 0 counted as if it had a warm-up too), then by
+    segment; a chunk in a warm-up's window only once, at its earliest time. Identity for P < 2 or
+    W > L."""
+    if P < 2 or W > L:
+        return list(range(NT))
+    need = {}
+    for c in range(NT):
+        p = min(P - 1, (c + W) // L)                   # the last segment whose walk reaches c
+        need[c] = (c - (p * L - W), p)
+    return sorted(range(NT), key=lambda c: need[c])
+
+
+@triton.jit
+def feed_chunk(j, NT, P, L, W):
+    """The j-th chunk that the WY pass forms beside the split walk (feed_order, in closed form: no
+    table to load before a program's first load). Four runs of steps t: the warm-ups' (t < W,
+    segments 1 .. P - 1), then every segment's (P a step) until the last segment's end, then
+    either segments 0 .. P - 2 alone (a short last segment) or the last alone (a long one)."""
+    if (P < 2) | (W > L):
+        return j
+    L_last = NT - (P - 1) * L
+    n1 = (P - 1) * W
+    m = tl.minimum(L, L_last + W)
+    n2 = P * (m - W)
+    r2 = j - n1
+    r3 = j - n1 - n2
+    short_last = L_last + W < L
+    t = tl.where(j < n1, j // (P - 1),
+                 tl.where(r2 < n2, W + r2 // tl.maximum(P, 1), tl.where(short_last, m + r3 // (P - 1), L + r3)))
+    p = tl.where(j < n1, 1 + j % (P - 1),
+                 tl.where(r2 < n2, r2 % tl.maximum(P, 1), tl.where(short_last, r3 % (P - 1), P - 1)))
+    return p * L - W + t
 
 
 def split_buffers(P: int, N: int, HV: int, K: int, V: int, BV: int, device) -> tuple[torch.Tensor, ...]:

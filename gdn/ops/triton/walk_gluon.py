@@ -125,34 +125,37 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 
 
 @gluon.jit
-def first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
-                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
-                STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
+def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp,
+                k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr,
+                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
     """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
-    counted their groups done (done, at value head i_hv's q/k head's first value head, i_count:
-    wy_kernel's SIGNAL). Returns i_count, for next_k."""
+    counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
+    head: wy_kernel's SIGNAL). The walk's chunks start at the sequence's group g_first (a split
+    segment's; else 0), on a group's boundary, and its last group is the sequence's last or a whole
+    one. Returns p_count, this walk's first count, for next_k (one pointer kept through the loop)."""
     i_count = counting_head(i_hv, H, HV, True)
+    p_count = done + (i_n * n_groups + g_first) * HV + i_count
     if WAIT:
         for j in gl.static_range(0, STAGES, GROUP):
             if j < NT:
-                wait_group(done, i_n, i_count, j, NT, HV, GROUP, HV // H)
+                wait_group(p_count, 0, 0, j, NT, HV, GROUP, HV // H)
     for c in gl.static_range(STAGES):
         _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
         _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
-    return i_count
+    return p_count
 
 
 @gluon.jit
-def next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H: gl.constexpr, HV: gl.constexpr,
-           BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
+def next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
+           STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
     """At chunk c's start: k of chunk c + STAGES into the slot chunk c - 1 used (its state update was
-    waited for), after its group's count with WAIT (its other tiles follow in the chunk, its decays a
-    chunk later)."""
+    waited for), after its group's count with WAIT (p_count: first_fills'; its other tiles follow in
+    the chunk, its decays a chunk later)."""
     if WAIT:
         if ((c + STAGES) % GROUP == 0) & (c + STAGES < NT):
-            wait_group(done, i_n, i_count, c + STAGES, NT, HV, GROUP, HV // H)
+            wait_group(p_count, 0, 0, c + STAGES, NT, HV, GROUP, HV // H)
     _issue(c + STAGES, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
 
 
@@ -261,13 +264,14 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
 
-    i_count = first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
-                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+    p_count = first_fills(done, i_n, i_hv, NT, 0, gl.cdiv(NT, GROUP), row_base, d_q, d_k, d_v, d_t, d_p, col_qk,
+                          col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES,
+                          KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
-        next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+        next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
         sk = c % KS
         row0 = (row_base + c * BT).to(gl.int64)

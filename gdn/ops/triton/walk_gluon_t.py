@@ -86,8 +86,11 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     can be from it, column by column, is at most 2^-30 of every column's largest entry), 0 not.
     SPLIT = 2, the segments: each walks its L chunks with outputs, from h0 (p = 0), its warmed-up
     state (seg_ok > 0), or else segment p - 1's final state, waited for (seg_pub, same shape as
-    seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht."""
+    seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht. The
+    warm-up forms neither q S nor o. With WAIT (beside the WY pass, its FEED order) each launch waits
+    on the counts from its first chunk's group: every c_first on a group's boundary."""
     KS: gl.constexpr = STAGES + 1
+    OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     pid = gl.program_id(0)
     i_p = 0
     if SPLIT:
@@ -96,7 +99,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         pid = pid % n_rest
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         pid, cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
-    c_first = 0                        # the first chunk walked, and (SPLIT) the last one's end
+    c_first = 0                        # the sequence's first chunk walked here
+    NT_all = NT                        # the sequence's chunks (the WY pass's counts)
     if SPLIT:
         # This launch's chunks of the segment as a sequence of their own (the rings, the decays and
         # o's rows all count from row_base): the warm-up's (SPLIT 1), or the segment's.
@@ -146,8 +150,9 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     o_t = gl.arange(0, BT, layout=tok_l)
     b_zero = gl.zeros([BV, BT], gl.float32, acc_t)
 
-    i_count = first_fills(done, i_n, i_hv, NT, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s,
-                v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+    p_count = first_fills(done, i_n, i_hv, NT, c_first // GROUP, gl.cdiv(NT_all, GROUP), row_base, d_q, d_k, d_v,
+                          d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H,
+                          HV, BT, STAGES, KS, WAIT, GROUP)
     if SPLIT == 2:
         # (After the rings' first fills, which need no state.) Segment 0 from h0, the others from their
         # warm-up's state if certified (or exact), else from the segment before's final state once it
@@ -167,7 +172,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
     for c in range(0, NT):
-        next_k(c, done, i_n, i_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
+        next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
         sk = c % KS
         m_t = (c * BT + o_t) < T
@@ -181,7 +186,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         _wait(k_bars, c, KS)
         b_kS = warpgroup_mma(b_s16, k_s.index(sk).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         _wait(qt_bars, c, STAGES)
-        b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+        if OUT:
+            b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         # Beside the products: each column's tau from its max |v| and its state's largest entry.
         _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).permute((1, 0)).load(acc_t).to(gl.float32)
@@ -199,12 +205,15 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         # registers a thread made ptxas spill.)
         b_aG = gl.exp2(b_G0 * _LOG2E + b_ld)
         b_eT = exp_ftz(b_G - b_G0)
-        b_kS = warpgroup_mma_wait(num_outstanding=1, deps=(b_kS,))
+        b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
         b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
                             use_acc=False, is_async=True)
-        b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        if OUT:
+            b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        else:
+            b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         b_dc = exp_ftz(b_G_last - b_G)
         if MASK_ROWS:
@@ -212,32 +221,34 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
         b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
-        _wait(p_bars, c, STAGES)
-        b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
-                            b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
+        _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
+        if OUT:
+            b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
+                                b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
         # S'^ = S^ e^{G_C} sigma' / sigma + (Uc sigma' / tau)^T k: both factors at most ~2.
         b_lsn = log2_pow2(b_sig_next)
         b_fU = pow2_of(b_lsn - log2_pow2(b_tau))
         b_fS = gl.convert_layout(gl.exp2(b_G_last * _LOG2E + b_lsn - b_lsig), scol_l)
         b_uc16 = gl.convert_layout((b_Uc * b_fU[:, None]).to(gl.float16), a_s)
         b_Sn = warpgroup_mma(b_uc16, k_s.index(sk), b_S * b_fS[:, None], is_async=True)
-        b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
-        _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
-        # o^T / tau into the [BT, BV] tile (transposed), then to o by TMA (rows past the tensor's end
-        # are not written); with MASK_ROWS a last chunk that ends inside the tile waits for the loop's
-        # end (masked stores there, out of the loop's registers).
-        tma.store_wait(0)                          # the tile's last chunk has left it
-        o_s.permute((1, 0)).store((b_o * (1.0 / b_tau)[:, None]).to(d_o.dtype))
-        fence_async_shared()
-        gl.thread_barrier()
-        if MASK_ROWS:
-            whole = c * BT + BT <= T
-        elif SPLIT == 1:
-            whole = c < 0                  # the warm-up has no outputs
+        if OUT:
+            b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
+            _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+            # o^T / tau into the [BT, BV] tile (transposed), then to o by TMA (rows past the tensor's end
+            # are not written); with MASK_ROWS a last chunk that ends inside the tile waits for the loop's
+            # end (masked stores there, out of the loop's registers).
+            tma.store_wait(0)                          # the tile's last chunk has left it
+            o_s.permute((1, 0)).store((b_o * (1.0 / b_tau)[:, None]).to(d_o.dtype))
+            fence_async_shared()
+            gl.thread_barrier()
+            if MASK_ROWS:
+                whole = c * BT + BT <= T
+            else:
+                whole = c >= 0
+            if whole:
+                tma.async_copy_shared_to_global(d_o, [row_base + c * BT, col_v], o_s)
         else:
-            whole = c >= 0
-        if whole:
-            tma.async_copy_shared_to_global(d_o, [row_base + c * BT, col_v], o_s)
+            _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
         b_sig = gl.convert_layout(b_sig_next, scol_l)
 
@@ -278,17 +289,17 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     no register cap: two programs an SM at one stage). split: None, or (P, L, W, seg_err, seg_warm,
     seg_pub, seg_flags, seg_ok) for the certified split (walk_t_kernel's SPLIT: its warm-up, then its
     segments; gdn.ops.triton.split_walk), on dense sequences whose chunks read no other sequence's
-    rows, after the WY pass. The launcher (gdn.ops.triton.forward) checks the shapes first; the checks
-    here guard direct calls."""
+    rows: after the WY pass, or beside it with done (the WY pass's FEED order). The launcher
+    (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t")
-    if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"] or done is not None):
+    if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"]):
         raise ValueError("the certified split (split_walk) takes dense sequences whose chunks read no other "
-                         "sequence's rows (B = 1 or T a multiple of the chunk), after the WY pass")
+                         "sequence's rows (B = 1 or T a multiple of the chunk)")
     P, L, W, *segs = (1, 0, 0, o, o, o, o, o) if split is None else split
     d_o = _rows(o, [BT, BV])
     for phase in (0,) if split is None else (1, 2):

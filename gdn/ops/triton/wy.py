@@ -23,6 +23,7 @@ from ..common import L2NORM_EPS
 from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
 from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, to_f16
+from .split_walk import feed_chunk
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -509,10 +510,10 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
     return i_n, i_c, tok0, T_seq
 
 
-@triton.jit(do_not_specialize=["NT", "C0"])             # piece bounds: one compiled kernel for all
+@triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W"])   # one compiled kernel for all bounds
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0,
+    qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L, FEED_W,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -520,7 +521,7 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-    HEADS: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1, FEED: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -540,7 +541,10 @@ def wy_kernel(
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
-    done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible."""
+    done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible.
+    FEED (with SIGNAL, one launch over all chunks): a sequence's chunks in the order the certified
+    split's programs need them (split_walk.feed_chunk, segments of FEED_L chunks, FEED_P of them, each
+    warmed up over the FEED_W chunks before it), so that they all start at once."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
@@ -550,6 +554,8 @@ def wy_kernel(
     if i_slot >= NUM_SLOTS:
         return
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
+    if FEED:
+        i_c = feed_chunk(i_c, NT, FEED_P, FEED_L, FEED_W)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,

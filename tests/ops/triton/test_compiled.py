@@ -22,7 +22,7 @@ REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py
     ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon t,gluon t beside"]),   # the Gluon walks
     ("1,2,64,128", ["--variants", "gluon t"]),                 # V = 128: two programs a head
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
-    ("1,2,64,64", ["--variants", "gluon t split", "--shape", "1,8192"]),      # the certified split's launches
+    ("1,2,64,64", ["--variants", "gluon t split,gluon t split beside", "--shape", "1,8192"]),   # after, beside WY
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

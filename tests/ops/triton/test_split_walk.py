@@ -101,6 +101,49 @@ def test_split_segments():
     assert split_walk.split_segments(512, 512, 264) == (1, 512)       # wide already
 
 
+def test_beside_segments():
+    """Beside the WY pass: fewer walk programs than SMs (one SM always free for a WY program), each
+    segment at least twice its warm-up, the flag group dividing the warm-up and the segments."""
+    assert split_walk.beside_segments(512, 64, 132, 8) == (2, 256, 8)      # B1 x T32k: 128 of 132 SMs
+    assert split_walk.beside_segments(2048, 64, 132, 16) == (2, 1024, 8)   # 16 does not divide 24
+    assert split_walk.beside_segments(512, 32, 132, 8) == (4, 128, 8)      # 16 value heads
+    assert split_walk.beside_segments(500, 32, 132, 8) == (4, 128, 8)      # a short last segment
+    assert split_walk.beside_segments(64, 64, 132, 8) == (1, 64, 8)        # too short to warm up twice
+    assert split_walk.beside_segments(512, 66, 132, 8) == (1, 512, 8)      # two segments would fill every SM
+    assert split_walk.aligned_group(16, 24) == 8 and split_walk.aligned_group(8, 8, 4) == 4
+    assert split_walk.aligned_group(8, 3) == 1
+
+
+def test_feed_order_follows_the_segments():
+    """The reference order: a permutation of the chunks, the warm-ups' windows first (step by step,
+    one chunk of every later segment a step), then every segment's chunks a step at a time."""
+    assert split_walk.feed_order(20, 3, 8, 3) == [5, 13, 6, 14, 7, 15, 0, 8, 16, 1, 9, 17, 2, 10, 18, 3, 11, 19,
+                                                   4, 12]
+    assert split_walk.feed_order(10, 1, 10, 3) == list(range(10))
+    assert split_walk.feed_order(10, 4, 3, 4) == list(range(10))          # warm-ups longer than segments
+    for NT, P, L, W in [(512, 2, 256, 24), (23, 3, 8, 7), (17, 2, 16, 2), (40, 5, 8, 8)]:
+        assert sorted(split_walk.feed_order(NT, P, L, W)) == list(range(NT))
+
+
+@pytest.mark.parametrize("NT, L, W", [(20, 8, 3), (23, 8, 7), (24, 8, 8), (17, 16, 2), (512, 256, 24),
+                                      (500, 128, 24), (512, 128, 24), (10, 10, 3), (10, 3, 4), (33, 4, 1)])
+def test_feed_chunk_is_feed_order(NT, L, W):
+    """The WY pass's closed form (split_walk.feed_chunk, in Triton) gives the reference order slot by
+    slot: every chunk formed once (the walk waits for each), short and long last segments alike."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def order_kernel(out, NT, P, L, W, BLOCK: tl.constexpr):
+        j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + j, split_walk.feed_chunk(j, NT, P, L, W), mask=j < NT)
+
+    P = -(-NT // L)
+    out = torch.full((NT,), -1, dtype=torch.int32, device=DEVICE)
+    order_kernel[(triton.cdiv(NT, 64),)](out, NT, P, L, W, BLOCK=64)
+    assert out.cpu().tolist() == split_walk.feed_order(NT, P, L, W)
+
+
 def test_split_walk_refusals(monkeypatch):
     """split_walk outside what it does: a ValueError that names it (meta tensors: before any launch):
     another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
@@ -125,6 +168,8 @@ def test_split_walk_refusals(monkeypatch):
         call(split_walk=-1, **gluon_t)
     with pytest.raises(ValueError, match="split_warmup must be an int of at least 1"):
         call(split_walk=2, split_warmup=0, **gluon_t)
+    with pytest.raises(ValueError, match="split_beside=True needs split_walk"):
+        call(split_beside=True, **gluon_t)
 
 
 def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, **kw):
@@ -143,15 +188,18 @@ def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, **kw):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("beside", [False, True])                         # after the WY pass, or beside it
 @pytest.mark.parametrize("B, T, V, h0", [(1, 2048, 64, True), (1, 2085, 64, True), (1, 2048, 128, False),
                                          (2, 2048, 64, True)])
-def test_split_walk_certified(B, T, V, h0):
+def test_split_walk_certified(B, T, V, h0, beside):
     """Gates that forget within a few chunks (mean g ~ -0.17, so -43 over a warm-up of four chunks):
     every later segment certifies its warm-up (seg_ok 1), and the whole call matches the reference
     and the Triton walk as the sequential walk does; no output row left unwritten (NaN-poisoned).
     T = 2085 ends in a partial chunk; V = 128 has two programs a head; without h0 segment 0 starts
-    from zeros; B = 2 has two sequences' segments."""
-    results, ok = _split_call("normal", T, seed=T + V, B=B, V=V, h0=h0, split_walk=4, split_warmup=4)
+    from zeros; B = 2 has two sequences' segments. After the WY pass and beside it (split_beside: the
+    segments' chunks formed in the feed order, the walk waiting on their counts)."""
+    results, ok = _split_call("normal", T, seed=T + V, B=B, V=V, h0=h0, split_walk=4, split_warmup=4,
+                              split_beside=beside)
     assert_fp16_walk_close(*results)
     assert ok.shape == (4, B * 4, V // 64) and (ok[1:] == 1).all() and (ok[0] == 0).all()
 
@@ -170,3 +218,25 @@ def test_split_walk_hands_over():
     results, ok = _split_call("zero", 1024, seed=6, split_walk=4, split_warmup=8)     # warm-ups of 8, segments of 4
     assert_fp16_walk_close(*results)
     assert (ok[1:3] == 2).all() and (ok[3] == 0).all()
+    results, ok = _split_call("zero", 1024, seed=8, split_walk=4, split_warmup=2, split_beside=True)   # beside WY
+    assert_fp16_walk_close(*results)
+    assert (ok[1:] == 0).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("gate", ["normal", "zero"])
+def test_split_walk_beside_segments_from_the_sm_count(gate):
+    """split_walk=True, split_beside=True: the segments from the SM count (beside_segments: 32 value
+    heads of 64 columns, two segments of 48 chunks at 96 chunks, warm-ups of 24), the flag group
+    aligned to them; certified or handed over, the reference's result."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 96 * 64, 16, 32, 64, 64, dtype=torch.bfloat16, gate=gate,
+                                         initial_state=True, seed=11, device="cuda")
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
+                          walk_stages=1, operands="fp16", split_walk=True, split_beside=True, **call)
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
+    assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
+    ok = split_walk.last_outcome
+    assert ok.shape == (2, 32, 1) and (ok[1] == (1 if gate == "normal" else 0)).all()
