@@ -229,13 +229,13 @@ def row(variant, name, grid, r):
     loop = f"{lp['instr']}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
     smem = f"{r['smem']}{'!' if r['smem'] > SMEM_LIMIT else ''}"
     occ = programs_per_sm(r["regs"], r["warps"], r["smem"])
-    return (f"{variant:<18}{name:<22}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
+    return (f"{variant:<22}{name:<23}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
             f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{smem:>8}{occ:>4} {hg:<16}{t['HMMA']:>5}"
             f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}"
             f"{r['undefined_ur']:>4}")
 
 
-HEADER = (f"{'variant':<18}{'kernel':<22}{'grid':<15}{'w':>3}{'regs':>5}{'spill st/ld':>14}{'stack':>6}"
+HEADER = (f"{'variant':<22}{'kernel':<23}{'grid':<15}{'w':>3}{'regs':>5}{'spill st/ld':>14}{'stack':>6}"
           f"{'smem':>8}{'occ':>4} {'HGMMA (bf16/tf32)':<16}{'HMMA':>5}{'LDL/STL':>12}{'cvt':>4}{'instr':>7}"
           f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}{'ur?':>4}")
 
@@ -279,7 +279,7 @@ def main(argv=None):
         try:
             launches = capture_launches(B, T, H, HV, K, V, args.num_sms, **{**problem, **config_kw})
         except ValueError as err:            # a knob this problem refuses (the launcher's own error)
-            print(f"{vname:<18}refused: {err}")
+            print(f"{vname:<22}refused: {err}")
             continue
         dumped = Counter()
         for fn, grid, largs, lkw in launches:

@@ -34,6 +34,7 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .chunk_out import _chunk_out_kernel
+from . import split_walk as splits      # (triton_forward's split_walk argument shadows the module's name)
 from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major, next_pow2,
                        num_sms, on_stream, on_tensor_device, side_streams)
 from .wy import wy_kernel
@@ -84,38 +85,6 @@ def _ensure_allocator() -> None:
     if current is None or type(current.get()).__name__ == "NullAllocator":
         # On the current device: triton_forward runs under its tensors' device (on_tensor_device).
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-
-def _split_plan(split_walk, warmup, NT, programs, sms, group, beside_ok):
-    """(P, L, W, group, beside) of walk_gluon_t's certified split for ``split_walk`` (True: segments
-    from the SM count; an int: that many) and ``split_warmup`` chunks of warm-up (None: split_walk's
-    WARMUP_CHUNKS): beside the WY pass where ``beside_ok`` (the flags' conditions) and the segments'
-    programs leave an SM free (split_walk.beside_segments, which may halve the flag group ``group``),
-    else after it, two programs an SM (split_walk.split_segments). P < 2: no split."""
-    from . import split_walk as sw
-    W = sw.WARMUP_CHUNKS if warmup is None else warmup
-    if split_walk is True:
-        if beside_ok:
-            P, L, g = sw.beside_segments(NT, programs, sms, group, W)
-            if P > 1:
-                return P, L, W, g, True
-        P, L = sw.split_segments(NT, programs, 2 * sms, W)
-        return P, L, W, group, False
-    P, L = sw.segments_of(NT, int(split_walk))
-    return P, L, W, sw.aligned_group(group, L, W), beside_ok and P * programs < sms
-
-
-def _certified_split(P, L, W, v, g, beta, h0, K, BT, BV):
-    """walk_gluon_t's split argument (P, L, W, seg_err, seg_warm, seg_pub, seg_flags, seg_ok) for P segments
-    of L chunks warmed up over W. Its certificates' outcomes stay in split_walk.last_outcome
-    (diagnostics: tests, benchmarks). Its launches read only the inputs (v, g, beta, h0), so they
-    may run beside the WY pass."""
-    from . import split_walk as sw
-    B, _, HV, V = v.shape
-    err = sw.segment_errors(v, g, beta, h0, BT, P, L, W)
-    warm, pub, flags, ok = sw.split_buffers(P, B, HV, K, V, BV, v.device)
-    sw.last_outcome = ok
-    return P, L, W, err, warm, pub, flags, ok
 
 
 @on_tensor_device
@@ -631,12 +600,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         return o, ht
 
     if split_walk:
-        from . import split_walk as sw
-        sw.last_outcome = None
+        splits.last_outcome = None
         programs = N * HV * NV
         beside_ok = split_beside and overlap == "flags" and t_in and outputs == "walk" and beside and not (
             q.is_cuda and torch.cuda.is_current_stream_capturing())
-        P_s, L_s, W_s, group, beside_split = _split_plan(split_walk, split_warmup, NT, programs, num_sms(q.device),
+        P_s, L_s, W_s, group, beside_split = splits.plan(split_walk, split_warmup, NT, programs, num_sms(q.device),
                                                          flag_group, beside_ok)
         if P_s > 1 and beside_split:
             # The WY pass first, over all chunks in the order the segments need them, counting each group
@@ -647,7 +615,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             with side_streams(q.device, 1) as (main, side):
                 wy_pass(0, NT, done, feed=(P_s, L_s, W_s))
                 with on_stream(side):
-                    split = _certified_split(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
+                    split = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
                     state_walk(0, 1 << 30, h0, ht, done=done)
             return o, ht
         # After the WY pass: its launch first, then the bounds on a side stream beside it (their
@@ -656,7 +624,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             wy_pass(0, NT)
             if P_s > 1:
                 with on_stream(side):
-                    split = _certified_split(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
+                    split = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
                 if main is not None:
                     for t in split[3:]:
                         t.record_stream(main)

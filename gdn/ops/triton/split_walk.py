@@ -241,3 +241,37 @@ def split_buffers(P: int, N: int, HV: int, K: int, V: int, BV: int, device) -> t
     states = torch.empty(2, P, N * HV, K, V, dtype=torch.float32, device=device)
     flags = torch.zeros(2, P, N * HV, V // BV, dtype=torch.int32, device=device)
     return states[0], states[1], flags[0], flags[1]
+
+
+def plan(split_walk, warmup: int | None, NT: int, programs: int, sms: int, group: int,
+         beside_ok: bool) -> tuple[int, int, int, int, bool]:
+    """(P, L, W, group, beside) of the split of NT chunks for triton_forward's ``split_walk`` (True:
+    segments from the SM count; an int: that many), ``programs`` walk programs a segment and
+    ``warmup`` chunks of warm-up (None: WARMUP_CHUNKS): beside the WY pass where ``beside_ok`` (the
+    launcher's flags conditions and split_beside) and the segments' programs leave an SM free
+    (beside_segments, which may halve the flag group ``group``), else after it, two programs an SM
+    (split_segments). P < 2: no split."""
+    W = WARMUP_CHUNKS if warmup is None else warmup
+    if split_walk is True:
+        if beside_ok:
+            P, L, g = beside_segments(NT, programs, sms, group, W)
+            if P > 1:
+                return P, L, W, g, True
+        P, L = split_segments(NT, programs, 2 * sms, W)
+        return P, L, W, group, False
+    P, L = segments_of(NT, int(split_walk))
+    return P, L, W, aligned_group(group, L, W), beside_ok and P * programs < sms
+
+
+def certified(P: int, L: int, W: int, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+              h0: torch.Tensor | None, K: int, BT: int, BV: int) -> tuple:
+    """walk_gluon_t's split argument (P, L, W, seg_err, seg_warm, seg_pub, seg_flags, seg_ok) for P
+    segments of L chunks warmed up over W (tensors as segment_errors' and split_buffers'). The
+    certificates' outcomes stay in last_outcome (diagnostics: tests, benchmarks). Its launches read
+    only the inputs, so they may run beside the WY pass."""
+    global last_outcome
+    B, _, HV, V = v.shape
+    err = segment_errors(v, g, beta, h0, BT, P, L, W)
+    warm, pub, flags, ok = split_buffers(P, B, HV, K, V, BV, v.device)
+    last_outcome = ok
+    return P, L, W, err, warm, pub, flags, ok

@@ -114,6 +114,18 @@ def test_beside_segments():
     assert split_walk.aligned_group(8, 3) == 1
 
 
+def test_plan_places_the_split():
+    """split_walk.plan: True beside the WY pass where allowed (two segments at B1 x HV 32, the group
+    aligned to the warm-up), else after it (four, two programs an SM); an int that many segments,
+    beside only while they leave an SM free; P < 2 where the sequence is too short."""
+    assert split_walk.plan(True, None, 512, 64, 132, 8, True) == (2, 256, 24, 8, True)
+    assert split_walk.plan(True, None, 512, 64, 132, 8, False) == (4, 128, 24, 8, False)
+    assert split_walk.plan(True, None, 2048, 64, 132, 16, False) == (4, 512, 24, 16, False)
+    assert split_walk.plan(4, 4, 32, 4, 132, 8, True) == (4, 8, 4, 4, True)
+    assert split_walk.plan(4, 4, 32, 64, 132, 8, True)[4] is False        # 256 programs: after the WY pass
+    assert split_walk.plan(True, None, 64, 64, 132, 8, True)[0] == 1
+
+
 def test_feed_order_follows_the_segments():
     """The reference order: a permutation of the chunks, the warm-ups' windows first (step by step,
     one chunk of every later segment a step), then every segment's chunks a step at a time."""
