@@ -602,8 +602,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if split_walk:
         splits.last_outcome = None
         programs = N * HV * NV
-        beside_ok = split_beside and overlap == "flags" and t_in and outputs == "walk" and beside and not (
-            q.is_cuda and torch.cuda.is_current_stream_capturing())
+        capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+        beside_ok = split_beside and overlap == "flags" and t_in and outputs == "walk" and beside and not capturing
         P_s, L_s, W_s, group, beside_split = splits.plan(split_walk, split_warmup, NT, programs, num_sms(q.device),
                                                          flag_group, beside_ok)
         if P_s > 1 and beside_split:
@@ -619,13 +619,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                     state_walk(0, 1 << 30, h0, ht, done=done)
             return o, ht
         # After the WY pass: its launch first, then the bounds on a side stream beside it (their
-        # tensors, made there, marked as used on the caller's stream, which the walk runs on).
-        with side_streams(q.device, 1) as (main, side):
+        # tensors, made there, marked as used on the caller's stream, which the walk runs on); in
+        # order on the caller's stream while a graph is captured (no allocations across streams there).
+        with side_streams(q.device, 0 if capturing else 1) as (main, *side):
             wy_pass(0, NT)
             if P_s > 1:
-                with on_stream(side):
+                with on_stream(side[0] if side else None):
                     split = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
-                if main is not None:
+                if side and main is not None:
                     for t in split[3:]:
                         t.record_stream(main)
     else:

@@ -252,3 +252,33 @@ def test_split_walk_beside_segments_from_the_sm_count(gate):
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     ok = split_walk.last_outcome
     assert ok.shape == (2, 32, 1) and (ok[1] == (1 if gate == "normal" else 0)).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+def test_split_walk_replays_from_a_cuda_graph():
+    """The split captured in a CUDA graph (its bounds then in order on the caller's stream, not on a
+    side stream) and replayed on fresh inputs: bit for bit the eager call's outputs, every row written."""
+    from gdn.ops.triton import triton_forward
+    inputs = random_inputs(1, 2048, 2, 4, 64, 64, dtype=torch.bfloat16, gate="normal", initial_state=True, seed=21,
+                           device="cuda")
+    fresh = random_inputs(1, 2048, 2, 4, 64, 64, dtype=torch.bfloat16, gate="normal", initial_state=True, seed=22,
+                          device="cuda")
+    static = [x.clone() for x in inputs]
+    out = torch.empty_like(static[2])
+    kw = dict(scale=64 ** -0.5, output_final_state=True, use_qk_l2norm=True, walk="gluon_t", block_v=64,
+              walk_stages=1, operands="fp16", split_walk=4, split_warmup=4, out=out)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        triton_forward(*static[:5], initial_state=static[5], **kw)          # compiles outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_g, S_g = triton_forward(*static[:5], initial_state=static[5], **kw)
+    for x, y in zip(static, fresh):
+        x.copy_(y)
+    out.fill_(float("nan"))
+    graph.replay()
+    o_e, S_e = triton_forward(*fresh[:5], initial_state=fresh[5], **{**kw, "out": None})
+    assert (split_walk.last_outcome[1:] == 1).all()
+    assert torch.equal(o_g, o_e) and torch.equal(S_g, S_e)
