@@ -547,6 +547,7 @@ def wy_kernel(
     warmed up over the FEED_W chunks before it), so that they all start at once."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
+    tl.static_assert(not FEED or (SIGNAL and not IS_VARLEN), "FEED: with SIGNAL, dense batches")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
     # and the heads that share a q/k head read its tiles while they are in L2.
     NPH: tl.constexpr = HV // HEADS                      # programs a chunk
