@@ -27,7 +27,7 @@ def test_floor_is_the_larger_of_bytes_and_flops():
 
 def _args(tmp_path, **kw):
     base = dict(device="cpu", shapes="1x64,varlen96/3", H=2, HV=None, K=16, V=16, gates="decaying",
-                providers="gdn,gdn-scan", backward=False, out=str(tmp_path), configs=None)
+                providers="gdn,gdn-scan", backward=False, out=str(tmp_path), configs=None, warm_pass="auto")
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -91,3 +91,17 @@ def test_bench_skips_a_config_that_refuses_a_shape(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(bench, "_providers", lambda device, names, configs: {"gdn": refuses})
     with pytest.raises(ValueError, match="split_walk takes dense"):
         run_bench(_args(tmp_path))
+
+
+def test_bench_warm_pass_times_the_first_shape_twice(tmp_path, capsys):
+    """--warm-pass on: the first shape's first gates timed once more before the run, printed as not
+    kept; the rows and the JSON are those of the run itself (auto: only on a GPU)."""
+    run_bench(_args(tmp_path, gates="decaying,long", warm_pass="on"))
+    out = capsys.readouterr().out
+    assert out.count("(warm-up pass, not kept)") == 2                 # gdn and gdn-scan, decaying only
+    assert all("1x64" in line and "decaying" in line for line in out.splitlines() if "not kept" in line)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["shape"], r["gates"]) for r in rows] == [("1x64", "decaying"), ("1x64", "long"),
+                                                         ("varlen96/3", "decaying"), ("varlen96/3", "long")]
+    run_bench(_args(tmp_path))
+    assert "not kept" not in capsys.readouterr().out
