@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .schedule import next_pow2
+from .schedule import cdiv, next_pow2
 
 # W: with the bench's decaying gates (logsigmoid(x + 4), mean g ~ -0.025) a summed log-decay of ~ -38
 # (2^-55): the certificate's 2^-30 then holds while the bound is below ~2^25 of a column's largest
@@ -45,8 +45,8 @@ last_outcome = None         # the latest split launch's certificates (seg_ok; fo
 
 def segments_of(NT: int, P: int) -> tuple[int, int]:
     """(P, L): NT chunks in at most P segments of L chunks, none empty ((1, NT) for one)."""
-    L = -(-NT // max(1, min(P, NT)))
-    P = -(-NT // L)
+    L = cdiv(NT, max(1, min(P, NT)))
+    P = cdiv(NT, L)
     return (P, L) if P > 1 else (1, NT)
 
 
@@ -192,8 +192,8 @@ def beside_segments(NT: int, programs: int, sms: int, group: int,
     P = min((sms - 1) // max(programs, 1), NT // (2 * max(warmup, 1)))
     if P < 2:
         return 1, NT, group
-    L = -(-(-(-NT // P)) // group) * group
-    P = -(-NT // L)
+    L = cdiv(cdiv(NT, P), group) * group
+    P = cdiv(NT, L)
     return (P, L, group) if P > 1 else (1, NT, group)
 
 
@@ -227,10 +227,8 @@ def feed_chunk(j, NT, P, L, W):
     r2 = j - n1
     r3 = j - n1 - n2
     short_last = L_last + W < L
-    t = tl.where(j < n1, j // (P - 1),
-                 tl.where(r2 < n2, W + r2 // tl.maximum(P, 1), tl.where(short_last, m + r3 // (P - 1), L + r3)))
-    p = tl.where(j < n1, 1 + j % (P - 1),
-                 tl.where(r2 < n2, r2 % tl.maximum(P, 1), tl.where(short_last, r3 % (P - 1), P - 1)))
+    t = tl.where(j < n1, j // (P - 1), tl.where(r2 < n2, W + r2 // P, tl.where(short_last, m + r3 // (P - 1), L + r3)))
+    p = tl.where(j < n1, 1 + j % (P - 1), tl.where(r2 < n2, r2 % P, tl.where(short_last, r3 % (P - 1), P - 1)))
     return p * L - W + t
 
 
