@@ -179,10 +179,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     warm-up does not certify waits for the one before. The certificates' bounds run on a side
     stream beside the WY pass (in order under graph capture). ``split_beside`` (with
     overlap="flags", outside graph capture) runs the segments beside the WY pass instead, which
-    forms the chunks in the order they need them (wy_kernel's FEED) while they wait on its counts; True segments then leave an SM free
-    (split_walk.beside_segments: 2 at B1 x HV 32). On an H200 no faster than after it (v25: a walk
-    program takes ~3.3 us a chunk, alone on its SM or two an SM, so four segments after the WY
-    pass beat two beside it).
+    forms the chunks in the order they need them (wy_kernel's FEED) while they wait on its counts;
+    True segments then leave an SM free (split_walk.beside_segments: 2 at B1 x HV 32). On an H200
+    no faster than after it (v25: a walk program takes ~3.3 us a chunk, alone on its SM or two an
+    SM, so four segments after the WY pass beat two beside it).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
