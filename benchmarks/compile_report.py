@@ -53,7 +53,8 @@ KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel"
                                              "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),
                                                                       (walk_gluon_t, "walk_t_kernel"),
                                                                       (split_walk, "_chunk_growth_kernel"),
-                                                                      (split_walk, "_segment_bounds_kernel"))
+                                                                      (split_walk, "_segment_bounds_kernel"),
+                                                                      (split_walk, "_forgetting_kernel"))
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 

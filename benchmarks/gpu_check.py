@@ -5,7 +5,7 @@ Every check draws fresh random inputs, poisons the output buffer with NaN before
 copies the results on the caller's stream before synchronizing (so a missing stream dependency
 shows as NaN), and compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
 plain recurrence by the test suite). Run on the GPU machine:
-    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once] [host]   (default: all)
+    python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once] [host] [stages]   (default: all)
 Environment (names of gdn/ops/triton/configs.py, ";"-separated):
     GDN_CONFIGS          the configs of the kernels, time and once sections
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
@@ -294,6 +294,63 @@ def host() -> None:
             pstats.Stats(prof).sort_stats(key).print_stats(int(os.environ.get("GDN_HOST_LINES", "18")))
 
 
+def stages() -> None:
+    """The host's us a call in each stage of the launcher (perf_counter around the split's and the
+    walks' host functions and around every Triton launch; the rest is the launcher's own Python and
+    allocations), 20 calls of each config in GDN_CONFIGS at GDN_HOST_SHAPE while the GPU is busy."""
+    import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.split_walk as split_walk
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    spent = {}
+
+    def timed(name, fn):
+        def run(*args, **kw):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
+        return run
+
+    class TimedKernel:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            return timed(f"launch {self.name}", self.kernel[grid])
+
+    patches = [(forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
+               (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
+               (split_walk, "_segment_bounds_kernel")]
+    saved = [(m, n, getattr(m, n)) for m, n in patches]
+    for m, n, kernel in saved:
+        setattr(m, n, TimedKernel(n, kernel))
+    for m, n in ((split_walk, "forgetting_heads"), (split_walk, "certified"), (walk_gluon, "walk_gluon"),
+                 (walk_gluon_t, "walk_gluon_t"), (walk_gluon, "shared_descriptors")):
+        saved.append((m, n, getattr(m, n)))
+        setattr(m, n, timed(n, getattr(m, n)))
+    try:
+        (B, T), = env_shapes("GDN_HOST_SHAPE", "1x32768")
+        inputs = timing_problem(B, T)
+        for cname in os.environ.get("GDN_CONFIGS", "default").split(";"):
+            fn = forward_call(inputs, config(cname))
+            fn()
+            torch.cuda.synchronize()
+            spent.clear()
+            start = time.perf_counter()
+            for _ in range(20):
+                fn()
+            total = time.perf_counter() - start
+            torch.cuda.synchronize()
+            print(f"\nhost stages, {cname}, B{B}xT{T}: {total / 20 * 1e6:.0f} us a call")
+            for name, t in sorted(spent.items(), key=lambda kv: -kv[1]):
+                print(f"  {name:<32} {t / 20 * 1e6:8.1f} us")
+    finally:
+        for m, n, orig in saved:
+            setattr(m, n, orig)
+
+
 def profile() -> None:
     """Per-kernel CUDA time of the configs in GDN_PROFILE_CONFIGS (default "default") at the shapes in
     GDN_PROFILE_SHAPES (default "1x32768"; "BxT" or "varlenT/pieces" each, gdn bench's varlen lengths);
@@ -363,7 +420,8 @@ def once() -> None:
 
 def main() -> int:
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
-    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once, host=host)
+    sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once, host=host,
+                    stages=stages)
     for name in sys.argv[1:] or sections:
         sections[name]()
     print("\nFAILED: " + ", ".join(failures) if failures else "\nall GPU checks passed")

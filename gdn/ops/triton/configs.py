@@ -120,6 +120,10 @@ CONFIGS = {
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),
     "gluon t split beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True,
                                  split_beside=True),
+    # v26: the default's automatic split (split_walk=None: the heads whose warm-ups forget in certified
+    # segments after the WY pass, the others in order beside it) turned off: v25's default
+    "no split": dict(split_walk=False),
+    "auto split": dict(split_walk="auto"),           # the automatic split at any length (from 256 chunks)
     "triton walk": dict(walk="triton"),
 }
 

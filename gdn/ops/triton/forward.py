@@ -96,7 +96,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=False, split_warmup=None, split_beside=False, out=None):
+                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -168,11 +168,17 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     faster there (v19-v20, correct at 2^20 tokens); "triton" elsewhere (shorter sequences at B = 1,
     where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
     which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
-    ``split_walk`` (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
-    opt-in): the certified split of gdn.ops.triton.split_walk, after the WY pass. On an H200 (v25, B1,
-    bf16) 24-27% faster than the default from 32k tokens on with gates that forget, 29-33% slower
-    with long memory (every segment then waits, and the WY pass no longer runs beside the walk): the
-    gates decide, and they are known only on the device, so it is not a default. True takes
+    ``split_walk`` None (the default): the automatic split where the default takes the Gluon walk
+    beside the WY pass (one or a few dense sequences x heads, V a multiple of 64, K of 64 or 128,
+    outside graph capture) from split_walk.AUTO_MIN_CHUNKS chunks on ("auto": at any length): a
+    small kernel over g marks the heads whose warm-ups forget (split_walk.forgetting_heads); the
+    others walk in order beside the WY pass as without it, the marked ones in certified segments
+    after it (walk_gluon_t, 64 columns, one stage). False: never.
+    True or an int (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
+    opt-in): the certified split of gdn.ops.triton.split_walk for every head, after the WY pass. On
+    an H200 (v25, B1, bf16) 24-27% faster than the ordered walk from 32k tokens on with gates that
+    forget, 29-33% slower with long memory (every segment then waits, and the WY pass no longer runs
+    beside the walk): the automatic split chooses per head instead. True takes
     segments from the SM count (split_walk.split_segments: all programs resident, each segment at
     least twice its warm-up), an int that many segments; ``split_warmup`` the chunks each segment
     walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment whose
@@ -432,6 +438,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         walk = "triton"
         if (wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready():
             walk = "gluon_t" if wide_gluon else "gluon"
+    auto_split = split_walk is None or split_walk == "auto"
+    forced_split = False if auto_split else split_walk
+    if not (auto_split or split_walk is False or split_walk is True
+            or (_is_int(split_walk, 1) and not isinstance(split_walk, bool))):
+        raise ValueError("split_walk must be None or 'auto' (the default), False, True or an int of at least 1 "
+                         f"(segments), got {split_walk!r}")
     if walk == "gluon_t" and not (BV == 64 and K in (64, 128)):
         raise ValueError(f"walk='gluon_t' needs block_v 64 and K of 64 or 128, got block_v={BV}, K={K}")
     if walk in ("gluon", "gluon_t"):
@@ -443,15 +455,13 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         if not gluon_ready():
             raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
-        if not gluon_flags or split_walk:
+        if not gluon_flags or forced_split:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
     if split_warmup is not None and (not isinstance(split_warmup, int) or split_warmup < 1):
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
-    if split_walk and not (split_walk is True or (isinstance(split_walk, int) and split_walk >= 1)):
-        raise ValueError(f"split_walk must be False, True or an int of at least 1 (segments), got {split_walk!r}")
-    if split_beside and not split_walk:
+    if split_beside and not forced_split:
         raise ValueError("split_beside=True needs split_walk (the certified split it places beside the WY pass)")
-    if split_walk and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
+    if forced_split and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
         raise ValueError("split_walk (the certified split) takes walk='gluon_t' on dense sequences whose chunks "
                          f"read no other sequence's rows (B = 1 or T a multiple of the chunk), got walk={walk!r}"
                          f"{', cu_seqlens' if cu_seqlens is not None else ''}, B={B}, T={T}")
@@ -519,6 +529,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
 
     split = None                   # walk_gluon_t's certified split (split_walk: formed beside the WY pass)
+    skip_heads = None              # the automatic split's heads, which walk_gluon then skips
+    walk_descs = None              # descriptors both Gluon walks read (the automatic split launches both)
 
     def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None):
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
@@ -529,7 +541,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages,
                        walk_warps or num_warps, walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and longest_first else None, done,
-                       flag_group if done is not None else 1)
+                       flag_group if done is not None else 1, skip_heads, walk_descs)
             return
         if walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
@@ -567,10 +579,49 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # being captured takes the pieces below: a graph may run two kernels of different streams in
         # either order.
         done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
-        with side_streams(q.device, 1) as (main, side):
+        auto = None
+        long_enough = split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
+        if auto_split and long_enough and walk == "gluon" and V % 64 == 0 and K in (64, 128):
+            auto = splits.split_segments(NT, N * HV * (V // 64), 2 * num_sms(q.device),
+                                         splits.WARMUP_CHUNKS if split_warmup is None else split_warmup)
+        if auto is None or auto[0] < 2:
+            with side_streams(q.device, 1) as (main, side):
+                wy_pass(0, NT, done)
+                with on_stream(side):
+                    state_walk(0, 1 << 30, h0, ht, done=done)
+            return o, ht
+        # The automatic split: on the first side stream the heads whose warm-ups forget (from g alone,
+        # a few microseconds), then the ordered walk of the others beside the WY pass; on the second
+        # the certificates' bounds, launched after that walk (their many small programs would
+        # otherwise take the SMs the walk's programs wait for: 0.3 ms later at B1 x T128k on an
+        # H200, NOTES.md v26); after the WY pass, on the caller's stream, the chosen heads' segments
+        # (walk_gluon_t, two programs an SM: the SM count's segments, as split_walk=True). Either
+        # walk returns at once for the other's heads, and neither waits for the other (the segments
+        # start after the WY pass, which the ordered walk alone waits on): the flags' argument holds
+        # as without the split.
+        from .walk_gluon import shared_descriptors
+        P_s, L_s = auto
+        W_s = splits.WARMUP_CHUNKS if split_warmup is None else split_warmup
+        with side_streams(q.device, 2) as (main, side, side2):
             wy_pass(0, NT, done)
+            walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):
+                skip_heads = splits.forgetting_heads(g, BT, P_s, L_s, W_s)
+                heads_ready = None if side is None else side.record_event()
                 state_walk(0, 1 << 30, h0, ht, done=done)
+            with on_stream(side2):
+                # Only the chosen heads' bounds: with long memory the bounds then read nothing.
+                if side2 is not None:
+                    side2.wait_event(heads_ready)
+                cert = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, 64, skip_heads)
+            if main is not None:                 # (meta tensors: compile_report's recorded launches)
+                main.wait_stream(side2)          # (which waited for the heads)
+                for t in (skip_heads, *cert[3:]):
+                    t.record_stream(main)
+            splits.last_heads = skip_heads
+            from .walk_gluon_t import walk_gluon_t
+            walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
+                         split_heads=skip_heads, descs=walk_descs)
         return o, ht
 
     if pieces > 1:
@@ -600,7 +651,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                         outputs_done.append(rest[0].record_event())
         return o, ht
 
-    if split_walk:
+    if forced_split:
         splits.last_outcome = None
         programs = N * HV * NV
         capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()

@@ -1,5 +1,5 @@
-"""The certified split of one sequence's state walk into segments (walk_gluon_t's SPLIT; opt-in,
-``triton_forward(..., split_walk=P)``): the host side and the certificates' bounds (two kernels).
+"""The certified split of one sequence's state walk into segments (walk_gluon_t's SPLIT): the host
+side, the certificates' bounds (two kernels) and the automatic split's choice of heads (one kernel).
 
 Few sequences x heads leave most SMs idle (B = 1: 64 programs of 64 columns). Cut each sequence into
 P segments of L chunks; segment p's program walks the W chunks before its segment from a zero state
@@ -18,10 +18,17 @@ difference shrinks further along the segment); a program whose bound is larger (
 state far smaller than the values before it) waits for segment p - 1's final state instead, so the
 result is exact either way, and long memory degrades to a sequential walk.
 
-Placement: after the WY pass by default (split_segments: two programs an SM), or beside it
-(``split_beside``; beside_segments: fewer programs than SMs), where the WY pass forms the chunks in
-the order the segments walk them (feed_chunk, feed_order its reference) and the walk waits on its
-counts. On an H200 the second was no faster (benchmarks/NOTES.md v25).
+Automatic (triton_forward's default split_walk=None, from AUTO_MIN_CHUNKS chunks on, where the
+default walks one or a few sequences beside the WY pass): forgetting_heads marks, from g alone, the
+heads whose every warm-up forgets by 2^FORGET_LOG2; those take the split after the WY pass, every
+other head keeps the ordered walk beside it (walk_gluon's SKIP, walk_t_kernel's CHOSEN), and the
+bounds are formed for the marked heads only. On an H200 (benchmarks/NOTES.md v26) B1 x T128k went
+4.75 -> 3.68 ms with decaying gates and stayed at 4.76-4.78 with long memory.
+
+Forced (``split_walk=True`` or P, every head): after the WY pass by default (split_segments: two
+programs an SM), or beside it (``split_beside``; beside_segments: fewer programs than SMs), where
+the WY pass forms the chunks in the order the segments walk them (feed_chunk, feed_order its
+reference) and the walk waits on its counts. On an H200 the second was no faster (NOTES.md v25).
 
 benchmarks/split_certificate.py checked the bound in float64 (T = 16384, segment starts every 4096
 tokens): with decaying gates 16 warm-up chunks certify every start, the bound ~1000x above the true
@@ -40,7 +47,18 @@ from .schedule import cdiv, next_pow2
 # entry (~2^6-2^7 there). 16 chunks (-26, 2^-37) would leave it at the edge, and a segment that does
 # not certify waits for the one before.
 WARMUP_CHUNKS = 24
+# The automatic split (triton_forward's split_walk=None, "auto"): a head takes it where every later
+# segment's warm-up decays the state by at least 2^FORGET_LOG2. The certificate then holds while its
+# bound on the state stays below 2^14 of a column's largest entry (~2^6-2^7 with the bench's
+# decaying gates, whose warm-ups forget by ~2^-55), so a chosen head almost never waits; a head that
+# is not chosen walks in order beside the WY pass (the default's walk), as fast as without the split.
+FORGET_LOG2 = -44.0
+# From 1024 chunks on (64k tokens at chunk size 64): at 512 the call's ~1.3 ms of host launches set the
+# pace on an H200 (NOTES.md v26), where the split's GPU time is ~0.9 ms.
+AUTO_MIN_CHUNKS = 1024
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
+last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
+_FORGET_LN = tl.constexpr(FORGET_LOG2 * 0.6931471805599453)     # in the kernel: ln 2 times FORGET_LOG2
 
 
 def segments_of(NT: int, P: int) -> tuple[int, int]:
@@ -58,15 +76,22 @@ def split_segments(NT: int, programs: int, slots: int, warmup: int = WARMUP_CHUN
 
 
 @triton.jit
-def _chunk_growth_kernel(v, g, beta, growth, decay, T, n_chunks, HV: tl.constexpr, V: tl.constexpr,
-                         BT: tl.constexpr, BVP: tl.constexpr):
+def _chunk_growth_kernel(v, g, beta, heads, growth, decay, T, n_chunks, HV: tl.constexpr, V: tl.constexpr,
+                         BT: tl.constexpr, BVP: tl.constexpr, HAS_HEADS: tl.constexpr):
     """growth [N x HV, n_chunks] fp32: chunk c's own addition to the bound, sum over its tokens t of
     e^{G_last - G_t} |beta_t| max_j |v_tj| (infinite where a beta lies outside [0, 2]), G the in-chunk
     cumulative log-decay; decay [N x HV, n_chunks] fp32 its summed log-decay G_last. Grid
     (n_chunks, N x HV); v [N, T, HV, V], g and beta [N, T, HV] fp32, all contiguous. From g itself,
     not from the WY pass's G (the same cumulative sums, to fp32's rounding, which the bound's margin
-    covers), so that the bounds run beside that pass."""
+    covers), so that the bounds run beside that pass. HAS_HEADS: only the heads that heads [N x HV]
+    int32 marks nonzero (forgetting_heads); the others' growths are infinite (never certified) and
+    their values are not read, so that their ordered walk has the GPU's bandwidth and SMs."""
     i_c, i_nh = tl.program_id(0), tl.program_id(1)
+    if HAS_HEADS:
+        if tl.load(heads + i_nh) == 0:
+            tl.store(growth + i_nh.to(tl.int64) * n_chunks + i_c, float("inf"))
+            tl.store(decay + i_nh.to(tl.int64) * n_chunks + i_c, 0.0)
+            return
     i_n, i_hv = i_nh // HV, i_nh % HV
     o_t = tl.arange(0, BT)
     o_v = tl.arange(0, BVP)
@@ -139,12 +164,12 @@ def _segment_bounds_kernel(growth, decay, h0, err, n_chunks, P, L, W, K: tl.cons
 
 
 def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: torch.Tensor | None,
-                   BT: int, P: int, L: int, W: int = WARMUP_CHUNKS) -> torch.Tensor:
+                   BT: int, P: int, L: int, W: int = WARMUP_CHUNKS, heads: torch.Tensor | None = None) -> torch.Tensor:
     """The certificates' bounds: e^{G_win} B for each segment p's start (p * L chunks), column by
     column at most what the true state before its warm-up (chunks max(p L - W, 0) .. p L - 1) adds to
     the state at its start. 0 for p = 0 and for segments whose warm-up starts at the sequence's start
     (they start from h0: exact); infinite (never certified) where a beta outside [0, 2] makes a
-    token's map grow the state.
+    token's map grow the state, and for the heads that heads [B x HV] int32 (or None: all) leaves 0.
 
     v [B, T, HV, V] (any float dtype); g [B, T, HV], the log-decays; beta [B, T, HV]; h0 [B, HV, K, V]
     fp32 or None. Returns [P, B x HV] fp32, on v's device, in two kernels and without a host sync;
@@ -162,7 +187,8 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
     v, g, beta = v.contiguous(), g.float().contiguous(), beta.float().contiguous()
     growth, decay = torch.empty(2, B * HV, n_chunks, dtype=torch.float32, device=v.device)
     BVP = next_pow2(V)
-    _chunk_growth_kernel[(n_chunks, B * HV)](v, g, beta, growth, decay, T, n_chunks, HV=HV, V=V, BT=BT, BVP=BVP)
+    _chunk_growth_kernel[(n_chunks, B * HV)](v, g, beta, err if heads is None else heads, growth, decay, T, n_chunks,
+                                             HV=HV, V=V, BT=BT, BVP=BVP, HAS_HEADS=heads is not None)
     K = 1 if h0 is None else h0.shape[2]
     PB = next_pow2(P)
     _segment_bounds_kernel[(B * HV,)](
@@ -170,6 +196,42 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
         HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
         BVP=BVP)
     return err
+
+
+@triton.jit
+def _forgetting_kernel(g, heads, T, P, L, W, HV: tl.constexpr, BT: tl.constexpr, BLOCK: tl.constexpr):
+    """heads [N x HV] int32 (forgetting_heads): one program a (sequence, value head), grid (N x HV,).
+    Segment p's warm-up, chunks max(p L - W, 0) .. p L - 1, forgets if its summed log-decay is at
+    most FORGET_LOG2 ln 2, or if it starts at the sequence's start (then it is exact)."""
+    i_nh = tl.program_id(0)
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    base = g + i_n.to(tl.int64) * T * HV + i_hv
+    o_t = tl.arange(0, BLOCK)
+    chosen = tl.full([], 1, tl.int32)
+    for p in range(1, P):
+        first = tl.maximum(p * L - W, 0) * BT
+        end = p * L * BT
+        acc = tl.zeros([BLOCK], tl.float32)
+        for t0 in range(first, end, BLOCK):
+            t = t0 + o_t
+            acc += tl.load(base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
+        forgets = (tl.sum(acc, 0) <= _FORGET_LN) | (first == 0)
+        chosen = chosen & forgets.to(tl.int32)
+    tl.store(heads + i_nh, chosen)
+
+
+def forgetting_heads(g: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS) -> torch.Tensor:
+    """Which heads the automatic split walks in segments: [B x HV] int32, 1 where every segment
+    p >= 1's warm-up (the W chunks before p L, fewer at the sequence's start) forgets, its summed
+    log-decay at most FORGET_LOG2 ln 2, else 0 (those heads walk in order). g [B, T, HV] fp32
+    contiguous, the log-decays, whole chunks up to the last segment's start. One small kernel over
+    g alone (P - 1 warm-ups' tokens a head), so that the sequential walk can start on its answer
+    right after the WY pass's launch. A guess of the certificate's outcome, never a substitute for
+    it: a chosen head whose warm-up does not certify still waits for the segment before (exact)."""
+    B, T, HV = g.shape
+    heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
+    _forgetting_kernel[(B * HV,)](g, heads, T, P, L, W, HV=HV, BT=BT, BLOCK=512)
+    return heads
 
 
 def aligned_group(group: int, *lengths: int) -> int:
@@ -262,14 +324,15 @@ def plan(split_walk, warmup: int | None, NT: int, programs: int, sms: int, group
 
 
 def certified(P: int, L: int, W: int, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-              h0: torch.Tensor | None, K: int, BT: int, BV: int) -> tuple:
+              h0: torch.Tensor | None, K: int, BT: int, BV: int, heads: torch.Tensor | None = None) -> tuple:
     """walk_gluon_t's split argument (P, L, W, seg_err, seg_warm, seg_pub, seg_flags, seg_ok) for P
-    segments of L chunks warmed up over W (tensors as segment_errors' and split_buffers'). The
+    segments of L chunks warmed up over W (tensors as segment_errors' and split_buffers'; heads: only
+    those heads' bounds, segment_errors'). The
     certificates' outcomes stay in last_outcome (diagnostics: tests, benchmarks). Its launches read
     only the inputs, so they may run beside the WY pass."""
     global last_outcome
     B, _, HV, V = v.shape
-    err = segment_errors(v, g, beta, h0, BT, P, L, W)
+    err = segment_errors(v, g, beta, h0, BT, P, L, W, heads)
     warm, pub, flags, ok = split_buffers(P, B, HV, K, V, BV, v.device)
     last_outcome = ok
     return P, L, W, err, warm, pub, flags, ok

@@ -215,12 +215,12 @@ def program_rows(pid, cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexp
 
 
 @gluon.jit
-def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, scale, T,
+def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, skip, scale, T,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                      GROUP: gl.constexpr, num_warps: gl.constexpr):
+                      GROUP: gl.constexpr, SKIP: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
@@ -240,6 +240,9 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     group of GROUP chunks, spin until the WY pass has counted them all done (done [B, groups, HV],
     counted at each q/k head's first value head: wy_kernel's SIGNAL), as chunk_fwd's walk does.
 
+    SKIP (dense; the automatic split, gdn.ops.triton.split_walk.forgetting_heads): a program whose
+    head has skip [N x HV] int32 nonzero returns at once (the split walks that head).
+
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
     start: v once it is in registers, q and T after U and q S, P after o, k a chunk earlier (its own
@@ -247,6 +250,9 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     KS: gl.constexpr = STAGES + 1
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         gl.program_id(0), cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+    if SKIP:
+        if gl.load(skip + i_nh) != 0:
+            return
 
     # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -337,34 +343,43 @@ def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(x2, block, _tile_layout(tuple(block), x.dtype))
 
 
-def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk):
+def shared_descriptors(qn, kn, tb, attn, BT):
+    """The descriptors of qn, kn ([BT, K] tiles), tb and attn ([BT, BT] tiles) that both Gluon walks
+    read alike: made once where one call launches both (the automatic split), ~10-20 us each."""
+    K = qn.shape[-1]
+    return _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT])
+
+
+def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None):
     """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
     leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, o, h0, ht,
     cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
     STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
     rows, in packed sequences or dense ones whose T is not a multiple of BT). Refuses the WY pass's
     counts (done) with MASK_ROWS: the next sequence's rows are read before its WY programs are
-    waited for (walk names the walk in the error)."""
-    B, T, _, K = qn.shape
+    waited for (walk names the walk in the error). descs: shared_descriptors' (None: made here)."""
+    B, T = qn.shape[:2]
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
     mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
     if done is not None and mask_rows:
         raise ValueError(f"walk={walk!r} waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
-    args = (_rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(v, [BT, BV]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT]),
-            Gc, o, o if h0 is None else h0, o if ht is None else ht, o if cu_seqlens is None else cu_seqlens,
-            o if seq_order is None else seq_order)
+    d_q, d_k, d_t, d_p = shared_descriptors(qn, kn, tb, attn, BT) if descs is None else descs
+    args = (d_q, d_k, _rows(v, [BT, BV]), d_t, d_p, Gc, o, o if h0 is None else h0, o if ht is None else ht,
+            o if cu_seqlens is None else cu_seqlens, o if seq_order is None else seq_order)
     flags = dict(HAS_H0=h0 is not None, STORE_FINAL=ht is not None, IS_VARLEN=cu_seqlens is not None,
                  LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows)
     return N, args, flags
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1):
+               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
+    skip [N x HV] int32 or None: heads whose programs return at once (nonzero; walk_gluon_kernel's SKIP);
+    descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
@@ -373,7 +388,9 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon",
+                                 descs)
     walk_gluon_kernel[(V // BV * N * HV,)](
-        *args, o if done is None else done, scale, T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages,
-        WAIT=done is not None, GROUP=group, **flags, num_warps=num_warps, **(dict(maxnreg=maxnreg) if maxnreg else {}))
+        *args, o if done is None else done, o if skip is None else skip, scale, T, H=H, HV=HV, K=K, V=V, BT=BT,
+        BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group, SKIP=skip is not None, **flags, num_warps=num_warps,
+        **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -66,12 +66,12 @@ def _state_t(p_state, o_k, o_vs, V: gl.constexpr, live, MASKED: gl.constexpr):
 
 @gluon.jit
 def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, scale, T, P, L, W,
+                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -88,7 +88,10 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     state (seg_ok > 0), or else segment p - 1's final state, waited for (seg_pub, same shape as
     seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht. The
     warm-up forms neither q S nor o. With WAIT (beside the WY pass, its FEED order) each launch waits
-    on the counts from its first chunk's group: every c_first on a group's boundary."""
+    on the counts from its first chunk's group: every c_first on a group's boundary. CHOSEN (with
+    SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose seg_heads [N x HV]
+    int32 is nonzero are walked here, the others' programs return at once (walk_gluon's SKIP walks
+    them in order)."""
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     pid = gl.program_id(0)
@@ -99,6 +102,9 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         pid = pid % n_rest
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         pid, cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
+    if CHOSEN:
+        if gl.load(seg_heads + i_nh) == 0:
+            return
     c_first = 0                        # the sequence's first chunk walked here
     NT_all = NT                        # the sequence's chunks (the WY pass's counts)
     if SPLIT:
@@ -284,25 +290,31 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
 
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None):
+                 done=None, group=1, split=None, split_heads=None, descs=None):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or (P, L, W, seg_err, seg_warm,
     seg_pub, seg_flags, seg_ok) for the certified split (walk_t_kernel's SPLIT: its warm-up, then its
     segments; gdn.ops.triton.split_walk), on dense sequences whose chunks read no other sequence's
-    rows: after the WY pass, or beside it with done (the WY pass's FEED order). The launcher
+    rows: after the WY pass, or beside it with done (the WY pass's FEED order); split_heads [N x HV]
+    int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN); descs: walk_gluon's
+    shared_descriptors of these tensors, or None (made here). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t")
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t",
+                                 descs)
     if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"]):
         raise ValueError("the certified split (split_walk) takes dense sequences whose chunks read no other "
                          "sequence's rows (B = 1 or T a multiple of the chunk)")
+    if split_heads is not None and split is None:
+        raise ValueError("split_heads (the heads the split walks) needs split")
     P, L, W, *segs = (1, 0, 0, o, o, o, o, o) if split is None else split
     d_o = _rows(o, [BT, BV])
     for phase in (0,) if split is None else (1, 2):
         walk_t_kernel[(P * (V // BV) * N * HV,)](
-            *args[:5], d_o, *args[5:], o if done is None else done, *segs, scale, T, P, L, W, H=H, HV=HV, K=K, V=V,
-            BT=BT, BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group, SPLIT=phase, **flags, num_warps=4)
+            *args[:5], d_o, *args[5:], o if done is None else done, *segs, o if split_heads is None else split_heads,
+            scale, T, P, L, W, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
+            SPLIT=phase, CHOSEN=split_heads is not None, **flags, num_warps=4)

@@ -156,6 +156,85 @@ def test_feed_chunk_is_feed_order(NT, L, W):
     assert out.cpu().tolist() == split_walk.feed_order(NT, P, L, W)
 
 
+def _forgetting_reference(g, P, L, W):
+    """forgetting_heads in Python: a head is chosen where every later segment's warm-up starts at the
+    sequence's start or sums its log-decays (float64) to at most FORGET_LOG2 ln 2."""
+    import math
+    B, _, HV = g.shape
+    chosen = torch.ones(B * HV, dtype=torch.int32)
+    for n in range(B):
+        for h in range(HV):
+            for p in range(1, P):
+                first = max(p * L - W, 0)
+                window = g[n, first * BT:p * L * BT, h].double().sum().item()
+                if first > 0 and window > split_walk.FORGET_LOG2 * math.log(2):
+                    chosen[n * HV + h] = 0
+    return chosen
+
+
+def test_forgetting_heads_choose_the_heads_that_forget():
+    """forgetting_heads against its reference: per (sequence, head), at the threshold's two sides
+    (a warm-up of 16 tokens: g = -2 sums to -32, below -44 ln 2 = -30.5; g = -1.9 to -30.4, above
+    it), long memory (g = 0), one warm-up that does not forget among several that do, and warm-ups
+    that reach the sequence's start (exact, whatever the gates)."""
+    P, L, W = 4, 4, 2
+    T = P * L * BT
+    g = torch.full((2, T, 5), -2.0)
+    g[:, :, 1] = -1.9
+    g[:, :, 2] = 0.0
+    g[1, 2 * L * BT - 1, 3] = 10.0              # the second warm-up of sequence 1, head 3 no longer forgets
+    g[:, :, 4] = -0.5 + 0.4 * torch.randn(2, T)
+    heads = split_walk.forgetting_heads(g.to(DEVICE), BT, P, L, W).cpu()
+    assert heads.tolist() == _forgetting_reference(g, P, L, W).tolist()
+    assert heads.view(2, 5)[:, :3].tolist() == [[1, 0, 0], [1, 0, 0]] and heads.view(2, 5)[:, 3].tolist() == [1, 0]
+    # Warm-ups longer than the segments before them start at the sequence's start: every head chosen.
+    assert split_walk.forgetting_heads(torch.zeros(1, 3 * BT, 2, device=DEVICE), BT, 3, 1, 4).cpu().tolist() == [1, 1]
+
+
+def _record_walks(monkeypatch, T, **kw):
+    """The kernels one call of the launcher's defaults would launch at B = 1, 1 x 1 heads of 128 x 64
+    (recorded, not run: meta tensors, the interpreter's 4 SMs), as [(kernel, constexprs)]. With
+    operands="fp16", which a GPU's 132 SMs choose at 32 value heads, and 4 SMs at one would not."""
+    import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    from tests.ops.triton.launches import spy_launches
+    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+    seen = []
+    for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
+                         (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
+                         (split_walk, "_segment_bounds_kernel")):
+        spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((name, kw)), run=False,
+                     module=module)
+    q = torch.empty(1, T, 1, 128, dtype=torch.bfloat16, device="meta")
+    v = torch.empty(1, T, 1, 64, dtype=torch.bfloat16, device="meta")
+    g = torch.zeros(1, T, 1, device="meta")
+    forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, output_final_state=True,
+                           operands="fp16", **kw)
+    return seen
+
+
+def test_automatic_split_routing(monkeypatch):
+    """The defaults at B = 1 from AUTO_MIN_CHUNKS chunks on: the WY pass with its counts, the heads'
+    choice, the ordered walk beside it skipping the chosen heads, the bounds, and the split's two
+    launches for the chosen heads only (the bounds after the ordered walk, whose programs they would
+    crowd out); shorter sequences and split_walk=False keep the ordered walk alone, "auto" splits
+    them too."""
+    T = split_walk.AUTO_MIN_CHUNKS * 64
+    names = lambda seen: [name for name, _ in seen]
+    seen = _record_walks(monkeypatch, T)
+    assert names(seen) == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "_chunk_growth_kernel",
+                           "_segment_bounds_kernel", "walk_t_kernel", "walk_t_kernel"]
+    kws = dict(seen)
+    assert kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] and kws["walk_gluon_kernel"]["WAIT"]
+    assert [kw["SPLIT"] for name, kw in seen if name == "walk_t_kernel"] == [1, 2]
+    assert all(kw["CHOSEN"] and not kw["WAIT"] for name, kw in seen if name == "walk_t_kernel")
+    for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False)):
+        assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
+    assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(seen)     # "auto": any length
+
+
 def test_split_walk_refusals(monkeypatch):
     """split_walk outside what it does: a ValueError that names it (meta tensors: before any launch):
     another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
@@ -176,8 +255,9 @@ def test_split_walk_refusals(monkeypatch):
         call(B=1, cu_seqlens=torch.tensor([0, 50, 128], device="meta"), split_walk=2, **gluon_t)
     with pytest.raises(ValueError, match="split_walk .* B=2, T=100"):
         call(T=100, split_walk=2, **gluon_t)
-    with pytest.raises(ValueError, match="split_walk must be"):
-        call(split_walk=-1, **gluon_t)
+    for bad in (-1, "on", 2.5):
+        with pytest.raises(ValueError, match="split_walk must be None or 'auto'"):
+            call(split_walk=bad, **gluon_t)
     with pytest.raises(ValueError, match="split_warmup must be an int of at least 1"):
         call(split_walk=2, split_warmup=0, **gluon_t)
     with pytest.raises(ValueError, match="split_beside=True needs split_walk"):
@@ -252,6 +332,32 @@ def test_split_walk_beside_segments_from_the_sm_count(gate):
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     ok = split_walk.last_outcome
     assert ok.shape == (2, 32, 1) and (ok[1] == (1 if gate == "normal" else 0)).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("h0", [True, False])
+def test_automatic_split_on_mixed_heads(h0):
+    """The automatic split (split_walk="auto": at any length; the default's from AUTO_MIN_CHUNKS
+    chunks on) at 256 chunks plus 37 tokens (a partial last chunk), 4 value heads of 128 x 128, the
+    first two with long memory (g = 0): those walk in order beside the WY pass, the others in
+    certified segments after it (5 segments of 52 chunks); the reference's result and the Triton
+    walk's, every output row written (NaN-poisoned). operands="fp16": at 4 value heads the defaults
+    would take the segment maps' walk instead (at 32 heads, the bench's, fp16)."""
+    from gdn.ops.triton import triton_forward
+    T = 256 * 64 + 37
+    q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
+                                         initial_state=h0, seed=31, device="cuda")
+    g[:, :, :2] = 0.0
+    call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    split_walk.last_heads = None
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), operands="fp16", split_walk="auto",
+                          **call)
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
+    assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
+    assert split_walk.last_heads.tolist() == [0, 0, 1, 1]
+    ok = split_walk.last_outcome
+    assert ok.shape == (5, 4, 2) and (ok[1:, 2:] == 1).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
