@@ -173,7 +173,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     outside graph capture) from split_walk.AUTO_MIN_CHUNKS chunks on ("auto": at any length): a
     small kernel over g marks the heads whose warm-ups forget (split_walk.forgetting_heads); the
     others walk in order beside the WY pass as without it, the marked ones in certified segments
-    after it (walk_gluon_t, 64 columns, one stage). False: never.
+    after it (walk_gluon_t, 64 columns, one stage). False (or 0): never.
     True or an int (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
     opt-in): the certified split of gdn.ops.triton.split_walk for every head, after the WY pass. On
     an H200 (v25, B1, bf16) 24-27% faster than the ordered walk from 32k tokens on with gates that
@@ -439,11 +439,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         if (wide_gluon or beside_gluon) and gluon_fits and K == 128 and gluon_ready():
             walk = "gluon_t" if wide_gluon else "gluon"
     auto_split = split_walk is None or split_walk == "auto"
-    forced_split = False if auto_split else split_walk
-    if not (auto_split or split_walk is False or split_walk is True
-            or (_is_int(split_walk, 1) and not isinstance(split_walk, bool))):
-        raise ValueError("split_walk must be None or 'auto' (the default), False, True or an int of at least 1 "
-                         f"(segments), got {split_walk!r}")
+    if not (auto_split or split_walk is False or split_walk is True or _is_int(split_walk, 0)):
+        raise ValueError("split_walk must be None or 'auto' (the default), False (or 0), True or an int of at "
+                         f"least 1 (segments), got {split_walk!r}")
+    forced_split = False if auto_split else split_walk       # (0: never, as False)
     if walk == "gluon_t" and not (BV == 64 and K in (64, 128)):
         raise ValueError(f"walk='gluon_t' needs block_v 64 and K of 64 or 128, got block_v={BV}, K={K}")
     if walk in ("gluon", "gluon_t"):
@@ -457,7 +456,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                              "kernels have no interpreter")
         if not gluon_flags or forced_split:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
-    if split_warmup is not None and (not isinstance(split_warmup, int) or split_warmup < 1):
+    if split_warmup is not None and not _is_int(split_warmup, 1):
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_beside and not forced_split:
         raise ValueError("split_beside=True needs split_walk (the certified split it places beside the WY pass)")
@@ -580,6 +579,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # either order.
         done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
         auto = None
+        splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
         long_enough = split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
         if auto_split and long_enough and walk == "gluon" and V % 64 == 0 and K in (64, 128):
             auto = splits.split_segments(NT, N * HV * (V // 64), 2 * num_sms(q.device),

@@ -230,7 +230,8 @@ def test_automatic_split_routing(monkeypatch):
     assert kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] and kws["walk_gluon_kernel"]["WAIT"]
     assert [kw["SPLIT"] for name, kw in seen if name == "walk_t_kernel"] == [1, 2]
     assert all(kw["CHOSEN"] and not kw["WAIT"] for name, kw in seen if name == "walk_t_kernel")
-    for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False)):
+    for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False),
+                    _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
         assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
     assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(seen)     # "auto": any length
 
@@ -258,8 +259,9 @@ def test_split_walk_refusals(monkeypatch):
     for bad in (-1, "on", 2.5):
         with pytest.raises(ValueError, match="split_walk must be None or 'auto'"):
             call(split_walk=bad, **gluon_t)
-    with pytest.raises(ValueError, match="split_warmup must be an int of at least 1"):
-        call(split_walk=2, split_warmup=0, **gluon_t)
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="split_warmup must be an int of at least 1"):
+            call(split_walk=2, split_warmup=bad, **gluon_t)
     with pytest.raises(ValueError, match="split_beside=True needs split_walk"):
         call(split_beside=True, **gluon_t)
 
@@ -358,6 +360,7 @@ def test_automatic_split_on_mixed_heads(h0):
     assert split_walk.last_heads.tolist() == [0, 0, 1, 1]
     ok = split_walk.last_outcome
     assert ok.shape == (5, 4, 2) and (ok[1:, 2:] == 1).all()
+    assert (ok[:, :2] == 0).all()                 # the long-memory heads' warm-ups returned at once (CHOSEN)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")

@@ -220,7 +220,7 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(8, 4096, walk="gluon") == [("gluon", (2 * 8 * 32,))]    # walk_gluon's, asked for
     signals.clear()
     assert walk(1, 16384) == [("gluon", (4 * 32,))]                 # beside the WY pass: its counts
-    # (from 512 chunks on the default adds the automatic split beside it: test_split_walk.py)
+    # (from split_walk.AUTO_MIN_CHUNKS chunks on the default adds the automatic split: test_split_walk.py)
     assert walk(1, 65536, split_walk=False) == [("gluon", (4 * 32,))]
     assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]
     assert flags == [(True, True, True, False), (True, False, True, False), (False, False, True, False),
