@@ -23,6 +23,7 @@ of uniform registers that nothing wrote before: a miscompile, see undefined_unif
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import re
@@ -69,16 +70,27 @@ class _Recorder:
         return lambda *args, **kw: self.launches.append((self.fn, grid, args, kw))
 
 
+@contextlib.contextmanager
+def kernels_swapped(wrap):
+    """Every kernel of KERNELS replaced by wrap(name, kernel) (an object indexed by the grid, as a
+    JITFunction is) inside the block, restored after it (gpu_check.py's stages, launch_overhead.py)."""
+    saved = [(module, name, getattr(module, name)) for module, name in KERNELS]
+    try:
+        for module, name, fn in saved:
+            setattr(module, name, wrap(name, fn))
+        yield
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+
+
 def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, initial_state=False, **kw):
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens; with an
     initial state if ``initial_state``)."""
     launches = []
-    saved = {(module, name): getattr(module, name) for module, name in KERNELS}
     saved_sms, saved_tma = forward.num_sms, forward._tma_ready
     try:
-        for (module, name), fn in saved.items():
-            setattr(module, name, _Recorder(fn, launches))
         forward.num_sms = lambda device: num_sms
         forward._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
@@ -91,10 +103,9 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         if initial_state:
             kw = dict(kw, initial_state=torch.empty(packed or B, HV, K, V, device="meta"))
         kw = dict(dict(scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True), **kw)
-        forward.triton_forward(q, k, v, g, beta, **kw)
+        with kernels_swapped(lambda name, fn: _Recorder(fn, launches)):
+            forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
-        for (module, name), fn in saved.items():
-            setattr(module, name, fn)
         forward.num_sms, forward._tma_ready = saved_sms, saved_tma
     return launches
 

@@ -298,10 +298,10 @@ def stages() -> None:
     """The host's us a call in each stage of the launcher (perf_counter around the split's and the
     walks' host functions and around every Triton launch; the rest is the launcher's own Python and
     allocations), 20 calls of each config in GDN_CONFIGS at GDN_HOST_SHAPE while the GPU is busy."""
-    import gdn.ops.triton.forward as forward
     import gdn.ops.triton.split_walk as split_walk
     import gdn.ops.triton.walk_gluon as walk_gluon
     import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    from compile_report import kernels_swapped          # (this script's folder is on sys.path)
     spent = {}
 
     def timed(name, fn):
@@ -320,12 +320,7 @@ def stages() -> None:
         def __getitem__(self, grid):
             return timed(f"launch {self.name}", self.kernel[grid])
 
-    patches = [(forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
-               (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
-               (split_walk, "_segment_bounds_kernel")]
-    saved = [(m, n, getattr(m, n)) for m, n in patches]
-    for m, n, kernel in saved:
-        setattr(m, n, TimedKernel(n, kernel))
+    saved = []
     for m, n in ((split_walk, "forgetting_heads"), (split_walk, "certified"), (walk_gluon, "walk_gluon"),
                  (walk_gluon_t, "walk_gluon_t"), (walk_gluon, "shared_descriptors")):
         saved.append((m, n, getattr(m, n)))
@@ -337,11 +332,12 @@ def stages() -> None:
             fn = forward_call(inputs, config(cname))
             fn()
             torch.cuda.synchronize()
-            spent.clear()
-            start = time.perf_counter()
-            for _ in range(20):
-                fn()
-            total = time.perf_counter() - start
+            with kernels_swapped(TimedKernel):
+                spent.clear()
+                start = time.perf_counter()
+                for _ in range(20):
+                    fn()
+                total = time.perf_counter() - start
             torch.cuda.synchronize()
             print(f"\nhost stages, {cname}, B{B}xT{T}: {total / 20 * 1e6:.0f} us a call")
             for name, t in sorted(spent.items(), key=lambda kv: -kv[1]):

@@ -28,15 +28,9 @@ from triton.runtime.driver import driver                     # noqa: E402
 from triton.runtime.jit import compute_cache_key             # noqa: E402
 
 import gdn.ops.triton.forward as forward                     # noqa: E402
-import gdn.ops.triton.split_walk as split_walk               # noqa: E402
-import gdn.ops.triton.walk_gluon as walk_gluon               # noqa: E402
-import gdn.ops.triton.walk_gluon_t as walk_gluon_t           # noqa: E402
 from gdn.cli.timing import random_problem                    # noqa: E402
 from gdn.ops.triton.configs import config                    # noqa: E402
-
-KERNELS = ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
-           (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
-           (split_walk, "_segment_bounds_kernel"))
+from compile_report import kernels_swapped                   # noqa: E402  (this script's folder)
 
 
 def record_launches(call) -> list:
@@ -54,14 +48,8 @@ def record_launches(call) -> list:
                 return self.fn[grid](*args, **kw)
             return launch
 
-    saved = [(module, name, getattr(module, name)) for module, name in KERNELS]
-    try:
-        for module, name, fn in saved:
-            setattr(module, name, Recorder(name, fn))
+    with kernels_swapped(Recorder):
         call()
-    finally:
-        for module, name, fn in saved:
-            setattr(module, name, fn)
     return seen
 
 
