@@ -163,6 +163,10 @@ def correctness() -> None:
           **CONFIGS["bv64 st1"])
     check("bf16 B1 T32k decaying", 1, 32768, torch.bfloat16)
     check("bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long")
+    # The automatic split (from split_walk.AUTO_MIN_CHUNKS on) at B = 2 and at K = 64 (walk="gluon").
+    check("bf16 B2 T32k heads 8/16 decaying (automatic split)", 2, 32768, torch.bfloat16, dims=(8, 16, 128, 128))
+    check("bf16 B1 T32k K64 decaying (walk gluon, automatic split)", 1, 32768, torch.bfloat16, walk="gluon",
+          dims=(16, 32, 64, 128))
     check("bf16 B8 T4k (wide blocks)", 8, 4096, torch.bfloat16)
     check("fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7)
     check("fp16 B2 T300", 2, 300, torch.float16)

@@ -53,9 +53,10 @@ WARMUP_CHUNKS = 24
 # decaying gates, whose warm-ups forget by ~2^-55), so a chosen head almost never waits; a head that
 # is not chosen walks in order beside the WY pass (the default's walk), as fast as without the split.
 FORGET_LOG2 = -44.0
-# From 1024 chunks on (64k tokens at chunk size 64): at 512 the call's ~1.3 ms of host launches set the
-# pace on an H200 (NOTES.md v26), where the split's GPU time is ~0.9 ms.
-AUTO_MIN_CHUNKS = 1024
+# From 512 chunks on (32k tokens at chunk size 64): there the split's ~0.8 ms of host a call stays
+# below its ~1.0 ms of GPU on the H200 machine, and the call is 9-18% faster with decaying gates
+# and 1-2% slower with long memory (NOTES.md v26-v27); at 256 chunks it is 8% slower either way.
+AUTO_MIN_CHUNKS = 512
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
 _FORGET_LN = tl.constexpr(FORGET_LOG2 * 0.6931471805599453)     # in the kernel: ln 2 times FORGET_LOG2

@@ -355,10 +355,10 @@ def test_automatic_split_on_mixed_heads(h0):
     split_walk.last_heads = None
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), operands="fp16", split_walk="auto",
                           **call)
+    heads, ok = split_walk.last_heads, split_walk.last_outcome     # (the next call resets them)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
-    assert split_walk.last_heads.tolist() == [0, 0, 1, 1]
-    ok = split_walk.last_outcome
+    assert heads.tolist() == [0, 0, 1, 1]
     assert ok.shape == (5, 4, 2) and (ok[1:, 2:] == 1).all()
     assert (ok[:, :2] == 0).all()                 # the long-memory heads' warm-ups returned at once (CHOSEN)
 
