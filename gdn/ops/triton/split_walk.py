@@ -55,7 +55,7 @@ WARMUP_CHUNKS = 24
 FORGET_LOG2 = -44.0
 # From 512 chunks on (32k tokens at chunk size 64): there the split's ~0.8 ms of host a call stays
 # below its ~1.0 ms of GPU on the H200 machine, and the call is 9-18% faster with decaying gates
-# and 1-2% slower with long memory (NOTES.md v26-v27); at 256 chunks it is 8% slower either way.
+# and 1-2% slower with long memory (NOTES.md v26-v27); at 256 chunks it was 8% slower (decaying).
 AUTO_MIN_CHUNKS = 512
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
