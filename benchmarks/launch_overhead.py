@@ -8,8 +8,9 @@ times each launch three ways on the same arguments, the GPU kept busy:
     bind:    the binder alone (the first step above: arguments to the specialisation key)
     direct:  the compiled kernel's run with the bound arguments kept from the first launch
 
-so the next step (a launch cache that skips binding where a call's arguments keep their
-specialisation) is measured before it is built. Every launch really runs (the WY pass's counts only
+so that a launch cache's prize is known before it is built. NOTES.md v27: one was built on these
+numbers (keyed by Triton's own per-argument specialisation) and saved only 3-5 us a launch, its
+key's Python costing more than Triton's binder; it was dropped. Every launch really runs (the WY pass's counts only
 grow, which the walks' waits allow). Usage on the GPU machine:
 
     python benchmarks/launch_overhead.py [CONFIG] [BxT] [launches]     (default: "auto split" 1x32768 50)
