@@ -581,9 +581,9 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         auto = None
         splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
         long_enough = split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
-        W_s = splits.WARMUP_CHUNKS if split_warmup is None else split_warmup
         if auto_split and long_enough and walk == "gluon" and V % 64 == 0 and K in (64, 128):
-            auto = splits.split_segments(NT, N * HV * (V // 64), 2 * num_sms(q.device), W_s)
+            # Placed as split_walk=True's after the WY pass: 64 columns a program, two programs an SM.
+            auto = splits.plan(True, split_warmup, NT, N * HV * (V // 64), num_sms(q.device), flag_group, False)
         if auto is None or auto[0] < 2:
             with side_streams(q.device, 1) as (main, side):
                 wy_pass(0, NT, done)
@@ -600,7 +600,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # start after the WY pass, which the ordered walk alone waits on): the flags' argument holds
         # as without the split.
         from .walk_gluon import shared_descriptors
-        P_s, L_s = auto
+        P_s, L_s, W_s = auto[:3]
         with side_streams(q.device, 2) as (main, side, side2):
             wy_pass(0, NT, done)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
