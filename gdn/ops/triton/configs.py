@@ -97,6 +97,9 @@ CONFIGS = {
     "wy heads 2": dict(wy_heads=2),
     "wy heads 2 own regs": dict(wy_heads=2, wy_maxnreg=0),
     "wy heads 2 r168": dict(wy_heads=2, wy_maxnreg=168),
+    # v28's default: the heads of a WY program with no branch between them, the tf32x3 fallback after
+    # them all; "wy fallback inline" is v27's (each head's fallback right after its fp16 inverse)
+    "wy fallback inline": dict(wy_fallback="inline"),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
     "wy all f16": dict(inverse="f16_subst"),      # v19's default under the fp16 walk: the whole inverse on fp16
     "wy f16 merge": dict(inverse="blocks_f16_subst"),   # v18's: diagonal blocks from fp16 pairs, the merge on fp16

@@ -92,7 +92,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, num_segments=None,
                    fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                    state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
-                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=None, walk_warps=None, attention="stored",
+                   num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=None, wy_fallback=None, walk_warps=None,
+                   attention="stored",
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
@@ -206,7 +207,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     value heads a WY program (split path; a power of two dividing HV / H, so that they share a q/k
     head): q and k loaded and k k^T, q k^T formed once for all. Default: 2 on the fp16 walk where HV / H
     is even (v16 on an H200: 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on),
-    else 1.
+    else 1. ``wy_fallback``: "inline", each head's fp16 inverse behind its range test, its tf32x3
+    fallback right after it; "after" (the fp16 walk's pass with inverse "f16_subst" only), every
+    head's fp16 inverse unconditionally, the fallback for the heads that need it after all of them,
+    so that no branch parts the heads' products (gdn.ops.triton.wy.wy_split_factors' FALLBACK_AFTER).
+    Default: "after" where it applies with two heads or more a program (v28 on an H200: the WY pass
+    1.4-1.8% faster), else "inline".
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -358,6 +364,14 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # substitution (v18-v19: 2-3% off the wide shapes, o unchanged on an H200); T is stored at
         # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept.
         inverse = "f16_subst"
+    if wy_fallback is None:
+        # After the heads where a program takes two or more (one head gains nothing and spills more).
+        wy_fallback = "after" if f16 and inverse == "f16_subst" and wy_heads > 1 else "inline"
+    if wy_fallback not in ("inline", "after"):
+        raise ValueError(f"wy_fallback must be 'inline' or 'after', got {wy_fallback!r}")
+    if wy_fallback == "after" and (not f16 or inverse != "f16_subst"):
+        raise ValueError("wy_fallback='after' needs the fp16 walk's WY pass (operands='fp16' applies) with "
+                         f"inverse='f16_subst', got inverse={inverse!r}")
     if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
@@ -507,7 +521,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             BV=max(16, next_pow2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
             BC=min(64, BK, next_pow2(V)), W_PARTS=state_split, STORE_NORMS=state_split > 0 and not f16,
-            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads, **common, **_maxnreg(wy_maxnreg))
+            STORE_ATTN=attn_in, STORE_T=t_in, F16=f16, F16_DOT=f16_dot, HEADS=wy_heads,
+            FALLBACK_AFTER=wy_fallback == "after", **common, **_maxnreg(wy_maxnreg))
 
     walk_launch = dict(common, num_stages=walk_stages, num_warps=walk_warps or num_warps)
     fused_walk = fused and t_in and not ring and BV <= 32 and not f16     # each product of parts as one

@@ -220,10 +220,9 @@ def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: 
                         INVERSE: tl.constexpr, F16_DOT: tl.constexpr):
     """unit_lower_inverse's "blocks_f16_subst" or "f16_subst" without their tf32x3 fallback: T on fp16
     products and whether the chunk needs the fallback. Their operands (N, T's rows) are not bounded
-    by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range needs it too. An overflow anywhere
-    on the way leaves T with an infinity or a NaN, which the sum of |T| keeps (a max would not: the
-    GPU's max.f32 drops NaN); a finite sum below the bound also bounds every entry. Where the
-    fallback is needed, T is not the inverse (unit_lower_inverse forms it then)."""
+    by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range needs it too (T_f16_unsafe: a sum,
+    since the GPU's max.f32 drops NaN). Where the fallback is needed, T is not the inverse
+    (unit_lower_inverse forms it then)."""
     b_T = b_A
     wide = tile_max(b_A) > 1.0
     if not wide:
@@ -231,7 +230,7 @@ def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: 
             b_T = inverse_f16(b_A, BT, F16_DOT)
         else:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
-        wide = not (tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
+        wide = T_f16_unsafe(b_T)
     return b_T, wide
 
 
@@ -309,13 +308,19 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
     """T = (I + A)^-1 with A_ij = beta_i (k_i . k_j) r_i r_j D_ij, j < i: b_k [BT, BK] the keys as
     stored (fp32 keys multiply at PRECISION), b_rk [BT] their l2-norm factors (F16_DOT: the dtype of
     the fp16 products of INVERSE="blocks_f16", fp32 in Triton's interpreter)."""
-    o_i = tl.arange(0, BT)
     if b_k.dtype == tl.float32:
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=PRECISION)
     else:
         b_kk = tl.dot(b_k, tl.trans(b_k))
-    b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-    return unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+    return unit_lower_inverse(chunk_A(b_kk, b_rk, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+
+
+@triton.jit
+def chunk_A(b_kk, b_rk, b_beta, b_D, BT: tl.constexpr):
+    """A [BT, BT] = beta_i r_i (k_i . k_j) r_j D_ij below the diagonal, 0 elsewhere, from k k^T [BT, BT]
+    (keys as stored), the norm factors r [BT], beta [BT] and D [BT, BT]."""
+    o_i = tl.arange(0, BT)
+    return tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
 
 
 @triton.jit
@@ -374,7 +379,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr, INVERSE: tl.constexpr,
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
-                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1):
+                     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
+                     FALLBACK_AFTER: tl.constexpr = False):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -389,11 +395,18 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
-    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them."""
+    k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
+    FALLBACK_AFTER (F16 with INVERSE="f16_subst"): every head's fp16 inverse formed unconditionally, its
+    range tested after it (f16_out_of_range) and its T stored only where it passes, and the tf32x3
+    fallback for the heads that fail after all of them (t_at_tf32x3), so that no branch parts one
+    head's chain of products from the next's; otherwise each head's inverse waits behind its range
+    test and its fallback (unit_lower_inverse).
+    """
+    tl.static_assert(not FALLBACK_AFTER or (F16 and STORE_T and STORE_ATTN and INVERSE == "f16_subst"),
+                     "FALLBACK_AFTER: the fp16 walk's pass with INVERSE='f16_subst'")
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
-    o_i = o_t
     o_k = tl.arange(0, BK)
     m_qk = m_t[:, None] & (o_k < K)[None, :]
     # The chunk's q, k, g and beta all loaded before the first store: a store may alias a later load
@@ -403,19 +416,10 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     if NEED_Q:
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
-    o_j = tl.arange(0, HEADS)
-    if HEADS == 1:
-        b_g_all = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
-        b_beta_all = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
-    else:
-        # g and beta of the HEADS value heads [BT, HEADS] (adjacent in [tokens, HV]), one column a head.
-        b_g_all = tl.load(row_tile(g, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
-        b_beta_all = tl.load(row_tile(beta, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
-    b_kk = tl.dot(b_k, tl.trans(b_k))
+    b_g_all, b_beta_all = load_head_gates(g, beta, row0, i_hv, HV, o_t, m_t, HEADS)
+    b_kk, b_rk = keys_gram(b_k, BT, USE_L2NORM)
     b_rq = tl.full([BT], 1.0, dtype=tl.float32)
-    b_rk = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM:
-        b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
         if NEED_Q:
             b_rq = l2norm_rows(b_q)
         if STORE_NORMS:
@@ -431,26 +435,108 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
     if STORE_ATTN:
         b_qk = tl.dot(b_q, tl.trans(b_k))
+    m_tt = m_t[:, None] & (o_t < BT)[None, :]
+    wide_bits = 0
     for j in tl.static_range(HEADS):
         i_hvj = i_hv + j
-        if HEADS == 1:
-            b_g, b_beta = b_g_all, b_beta_all
-        else:
-            b_g = _column(b_g_all, o_j, j)
-            b_beta = _column(b_beta_all, o_j, j)
-        b_G, b_D = chunk_decay(b_g, BT)
+        b_beta = head_column(b_beta_all, j, HEADS)
+        b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
             store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
-        b_A = tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
-        b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+        b_A = chunk_A(b_kk, b_rk, b_beta, b_D, BT)
+        if FALLBACK_AFTER:
+            # The fp16 inverse unconditionally: no branch between this head and the next.
+            b_T = inverse_f16(b_A, BT, F16_DOT)
+            wide = f16_out_of_range(b_A, b_T)
+            wide_bits += wide << j
+            m_ok = m_tt & (wide == 0)
+        else:
+            b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+            m_ok = m_tt
         if STORE_T:
             o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
-            store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :],
-                         F16)
+            store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_ok, F16)
         else:
             _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hvj, o_t, m_t,
                       H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
+    if FALLBACK_AFTER:
+        # The heads whose chunk leaves fp16's range, formed again from the inputs at tf32x3 (rare: beta
+        # past 1, gates that grow, T past 16384), after every head's fp16 path.
+        for j in tl.static_range(HEADS):
+            if (wide_bits >> j) & 1:
+                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
+                            USE_L2NORM, DOT_DTYPE, HEADS)
+
+
+@triton.jit
+def load_head_gates(g, beta, row0, i_hv, HV: tl.constexpr, o_t, m_t, HEADS: tl.constexpr):
+    """g and beta [BT] of value head i_hv, or [BT, HEADS] of heads i_hv .. i_hv + HEADS - 1 (adjacent
+    in [tokens, HV]), one column a head; rows past the sequence's end zero."""
+    if HEADS == 1:
+        b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+        b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+    else:
+        o_j = tl.arange(0, HEADS)
+        b_g = tl.load(row_tile(g, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
+        b_beta = tl.load(row_tile(beta, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
+    return b_g, b_beta
+
+
+@triton.jit
+def head_column(b, j, HEADS: tl.constexpr):
+    """Head j's [BT] of load_head_gates' tile (the tile itself for one head)."""
+    if HEADS > 1:
+        b = _column(b, tl.arange(0, HEADS), j)
+    return b
+
+
+@triton.jit
+def keys_gram(b_k, BT: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """k k^T [BT, BT] of the keys as stored (bf16 products, fp32 sums) and their l2-norm factors r_k
+    [BT] from its diagonal (ones without l2norm)."""
+    o_i = tl.arange(0, BT)
+    b_kk = tl.dot(b_k, tl.trans(b_k))
+    b_rk = tl.full([BT], 1.0, dtype=tl.float32)
+    if USE_L2NORM:
+        b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
+    return b_kk, b_rk
+
+
+@triton.jit
+def f16_out_of_range(b_A, b_T):
+    """Whether inverse_f16's T of A [BT, BT] needs the tf32x3 fallback (int32 1 or 0): inverse_f16_checked's
+    two tests (an entry |A_ij| > 1, or T_f16_unsafe), made after the inverse, so that no branch comes
+    before it."""
+    return ((tile_max(b_A) > 1.0) | T_f16_unsafe(b_T)).to(tl.int32)
+
+
+@triton.jit
+def T_f16_unsafe(b_T):
+    """Whether an fp16 inverse T [BT, BT] left fp16's range on the way: sum |T| past _F16_SAFE,
+    infinite or NaN (an overflow anywhere leaves an infinity or a NaN in T, which the sum keeps; a
+    finite sum below the bound bounds every entry)."""
+    return ~(tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
+
+
+@triton.jit
+def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr, HV: tl.constexpr,
+                K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
+                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr):
+    """T diag(beta) of value head i_hv + j of one chunk formed again from the inputs, its inverse at
+    tf32x3 (unit_lower_inverse_blocks from our own parts, as unit_lower_inverse's fallback), stored
+    in fp16 at t_out. k k^T, r_k, G, D and A as the fp16 path formed them (the same loads, products and
+    sums, bit for bit), nothing of them kept in registers across that path."""
+    o_k = tl.arange(0, BK)
+    b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
+                  other=0.0).to(DOT_DTYPE)
+    b_kk, b_rk = keys_gram(b_k, BT, USE_L2NORM)
+    b_g_all, b_beta_all = load_head_gates(g, beta, row0, i_hv, HV, o_t, m_t, HEADS)
+    b_beta = head_column(b_beta_all, j, HEADS)
+    b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
+    b_T = unit_lower_inverse_blocks(chunk_A(b_kk, b_rk, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, True)
+    o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
+    store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
 
 
 @triton.jit
@@ -521,7 +607,7 @@ def wy_kernel(
     WY_SPLIT: tl.constexpr = 0, BC: tl.constexpr = 64, W_PARTS: tl.constexpr = 0, STORE_NORMS: tl.constexpr = False,
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-    HEADS: tl.constexpr = 1, FEED: tl.constexpr = False,
+    HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -562,7 +648,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS)
+                         F16_DOT, HEADS, FALLBACK_AFTER)
         if SIGNAL:
             # Every thread's stores before the count (bar.sync, then a release at GPU scope).
             tl.debug_barrier()

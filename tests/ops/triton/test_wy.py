@@ -1,9 +1,12 @@
 """The in-chunk triangular inverse of the WY pass (gdn.ops.triton.wy.unit_lower_inverse) on its own,
 in Triton's interpreter on a CPU machine (tests/conftest.py): each algorithm against a float64
-inverse, and the chunks that leave fp16's range taking the tf32x3 path."""
+inverse, and the chunks that leave fp16's range taking the tf32x3 path; in the whole pass, that
+fallback after every head (wy_fallback="after") storing what the inline one stores."""
 import pytest
 import torch
 
+from tests.ops.triton.launches import spy_launches
+from tests.reference import random_inputs
 from tests.tolerances import assert_close
 
 triton = pytest.importorskip("triton")
@@ -81,3 +84,38 @@ def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     assert T_parts.abs().max() > 16384 and torch.isfinite(T_parts).all()
     assert torch.equal(T_subst, T_parts)
     assert not torch.equal(T_pairs, T_parts)
+
+
+def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch):
+    """wy_fallback="after" (the default: every head's fp16 inverse first, the tf32x3 fallback after all
+    of them, FALLBACK_AFTER) stores T diag(beta), the output attention and G bit for bit as the inline
+    fallback, and the walk's o and S with them. beta = 6 in one chunk of one head of each pair that
+    shares a q/k head (max |A_ij| > 1 there, checked here: that head's chunk takes the fallback, its
+    pair's does not), and a mild beta elsewhere."""
+    import inspect
+    import gdn.ops.triton.forward as forward
+    K, BT = 32, 32
+    q, k, v, g, beta, S0 = random_inputs(1, 100, 2, 4, K, K, dtype=torch.bfloat16, initial_state=True, seed=7,
+                                         device=DEVICE)
+    beta[:, BT:2 * BT, 1::2] = 6.0              # chunk 1 of heads 1 and 3 (the second of each pair)
+    kn = torch.nn.functional.normalize(k[0, BT:2 * BT].double(), dim=-1)          # [BT, H, K]
+    for hv in range(4):
+        D = torch.exp(g[0, BT:2 * BT, hv].double().cumsum(0)[:, None] - g[0, BT:2 * BT, hv].double().cumsum(0)[None])
+        A = (beta[0, BT:2 * BT, hv].double()[:, None] * (kn[:, hv // 2] @ kn[:, hv // 2].T) * D).tril(-1)
+        assert (A.abs().max() > 1) == (hv % 2 == 1)
+    names = list(inspect.signature(forward.wy_kernel.fn).parameters)
+    stored = []
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: stored.append(
+        [args[names.index(n)].clone() for n in ("t_out", "attn_out", "G_out")] + [kw["FALLBACK_AFTER"]]))
+    call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=BT)
+    inline = forward.triton_forward(q, k, v, g, beta, wy_fallback="inline", **call)
+    after = forward.triton_forward(q, k, v, g, beta, **call)
+    (*first, flag_inline), (*second, flag_after) = stored
+    assert not flag_inline and flag_after
+    for x, y in zip(first, second):
+        assert torch.equal(x, y)
+    assert torch.equal(inline[0], after[0]) and torch.equal(inline[1], after[1])
+    with pytest.raises(ValueError, match="wy_fallback must be"):
+        forward.triton_forward(q, k, v, g, beta, wy_fallback="later", **call)
+    with pytest.raises(ValueError, match="wy_fallback='after' needs"):
+        forward.triton_forward(q, k, v, g, beta, wy_fallback="after", inverse="blocks_f16", **call)
