@@ -369,9 +369,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         wy_fallback = "after" if f16 and inverse == "f16_subst" and wy_heads > 1 else "inline"
     if wy_fallback not in ("inline", "after"):
         raise ValueError(f"wy_fallback must be 'inline' or 'after', got {wy_fallback!r}")
-    if wy_fallback == "after" and (not f16 or inverse != "f16_subst"):
-        raise ValueError("wy_fallback='after' needs the fp16 walk's WY pass (operands='fp16' applies) with "
-                         f"inverse='f16_subst', got inverse={inverse!r}")
+    if wy_fallback == "after" and not f16:
+        raise ValueError("wy_fallback='after' needs the fp16 walk's WY pass (operands='fp16' applies), and this "
+                         "call does not take the fp16 walk")
+    if wy_fallback == "after" and inverse != "f16_subst":
+        raise ValueError(f"wy_fallback='after' needs inverse='f16_subst', got inverse={inverse!r}")
     if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")

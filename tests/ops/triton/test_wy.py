@@ -86,36 +86,54 @@ def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     assert not torch.equal(T_pairs, T_parts)
 
 
-def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch):
+@pytest.mark.parametrize("BT, H, HV, K, heads", [(32, 2, 4, 32, None), (16, 1, 4, 48, 4), (64, 1, 2, 32, None)])
+def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, BT, H, HV, K, heads):
     """wy_fallback="after" (the default: every head's fp16 inverse first, the tf32x3 fallback after all
     of them, FALLBACK_AFTER) stores T diag(beta), the output attention and G bit for bit as the inline
-    fallback, and the walk's o and S with them. beta = 6 in one chunk of one head of each pair that
-    shares a q/k head (max |A_ij| > 1 there, checked here: that head's chunk takes the fallback, its
-    pair's does not), and a mild beta elsewhere."""
+    fallback, every entry written (the buffers NaN-filled before each launch), and the walk's o and S
+    with them. beta = 6 in one chunk of every second value head (max |A_ij| > 1 there, checked here:
+    those heads' chunk takes the fallback, the heads beside them in the same program do not); two
+    heads a program (the default) or four (bits 1 and 3 of its mask); chunks of 16, 32 and 64, K not
+    a power of two."""
     import inspect
     import gdn.ops.triton.forward as forward
-    K, BT = 32, 32
-    q, k, v, g, beta, S0 = random_inputs(1, 100, 2, 4, K, K, dtype=torch.bfloat16, initial_state=True, seed=7,
+    T = 100
+    q, k, v, g, beta, S0 = random_inputs(1, T, H, HV, K, K, dtype=torch.bfloat16, initial_state=True, seed=7,
                                          device=DEVICE)
-    beta[:, BT:2 * BT, 1::2] = 6.0              # chunk 1 of heads 1 and 3 (the second of each pair)
-    kn = torch.nn.functional.normalize(k[0, BT:2 * BT].double(), dim=-1)          # [BT, H, K]
-    for hv in range(4):
-        D = torch.exp(g[0, BT:2 * BT, hv].double().cumsum(0)[:, None] - g[0, BT:2 * BT, hv].double().cumsum(0)[None])
-        A = (beta[0, BT:2 * BT, hv].double()[:, None] * (kn[:, hv // 2] @ kn[:, hv // 2].T) * D).tril(-1)
+    c0, c1 = BT, min(2 * BT, T)                 # chunk 1
+    beta[:, c0:c1, 1::2] = 6.0
+    kn = torch.nn.functional.normalize(k[0, c0:c1].double(), dim=-1)          # [rows, H, K]
+    for hv in range(HV):
+        G = g[0, c0:c1, hv].double().cumsum(0)
+        D = torch.exp((G[:, None] - G[None]).tril()).tril()
+        kh = kn[:, hv // (HV // H)]
+        A = (beta[0, c0:c1, hv].double()[:, None] * (kh @ kh.T) * D).tril(-1)
         assert (A.abs().max() > 1) == (hv % 2 == 1)
     names = list(inspect.signature(forward.wy_kernel.fn).parameters)
-    stored = []
-    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: stored.append(
-        [args[names.index(n)].clone() for n in ("t_out", "attn_out", "G_out")] + [kw["FALLBACK_AFTER"]]))
-    call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=BT)
+    watched = [names.index(n) for n in ("t_out", "attn_out", "G_out")]
+    real, stored = forward.wy_kernel, []
+
+    class Poisoned:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                for i in watched:
+                    args[i].fill_(float("nan"))
+                real[grid](*args, **kw)
+                stored.append([args[i].clone() for i in watched] + [kw["FALLBACK_AFTER"]])
+            return launch
+    monkeypatch.setattr(forward, "wy_kernel", Poisoned())
+    call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=BT,
+                **({} if heads is None else dict(wy_heads=heads)))
     inline = forward.triton_forward(q, k, v, g, beta, wy_fallback="inline", **call)
     after = forward.triton_forward(q, k, v, g, beta, **call)
     (*first, flag_inline), (*second, flag_after) = stored
     assert not flag_inline and flag_after
     for x, y in zip(first, second):
-        assert torch.equal(x, y)
+        assert torch.equal(x, y) and not torch.isnan(x).any()
     assert torch.equal(inline[0], after[0]) and torch.equal(inline[1], after[1])
     with pytest.raises(ValueError, match="wy_fallback must be"):
         forward.triton_forward(q, k, v, g, beta, wy_fallback="later", **call)
-    with pytest.raises(ValueError, match="wy_fallback='after' needs"):
+    with pytest.raises(ValueError, match="wy_fallback='after' needs inverse='f16_subst'"):
         forward.triton_forward(q, k, v, g, beta, wy_fallback="after", inverse="blocks_f16", **call)
+    with pytest.raises(ValueError, match="needs the fp16 walk"):
+        forward.triton_forward(q, k, v, g, beta, wy_fallback="after", operands="bf16_parts", **call)
