@@ -1,9 +1,10 @@
 """Spies on the launcher's kernels (gdn.ops.triton.forward): what each launch was given."""
 
 
-def spy_launches(monkeypatch, name, record, run=True, module=None):
+def spy_launches(monkeypatch, name, record, run=True, module=None, before=None):
     """Replace kernel ``name`` of gdn.ops.triton.forward (or of ``module``) for this test: each launch
-    calls record(grid, args, kw) after the kernel ran (run=False: instead of running it)."""
+    calls record(grid, args, kw) after the kernel ran (run=False: instead of running it), and
+    before(grid, args, kw) first when given (to poison its outputs, say)."""
     import gdn.ops.triton.forward as forward
     module = module or forward
     real = getattr(module, name)
@@ -11,6 +12,8 @@ def spy_launches(monkeypatch, name, record, run=True, module=None):
     class Spy:
         def __getitem__(self, grid):
             def launch(*args, **kw):
+                if before is not None:
+                    before(grid, args, kw)
                 if run:
                     real[grid](*args, **kw)
                 record(grid, args, kw)

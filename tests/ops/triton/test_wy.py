@@ -111,17 +111,10 @@ def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, B
         assert (A.abs().max() > 1) == (hv % 2 == 1)
     names = list(inspect.signature(forward.wy_kernel.fn).parameters)
     watched = [names.index(n) for n in ("t_out", "attn_out", "G_out")]
-    real, stored = forward.wy_kernel, []
-
-    class Poisoned:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                for i in watched:
-                    args[i].fill_(float("nan"))
-                real[grid](*args, **kw)
-                stored.append([args[i].clone() for i in watched] + [kw["FALLBACK_AFTER"]])
-            return launch
-    monkeypatch.setattr(forward, "wy_kernel", Poisoned())
+    stored = []
+    spy_launches(monkeypatch, "wy_kernel",
+                 lambda grid, args, kw: stored.append([args[i].clone() for i in watched] + [kw["FALLBACK_AFTER"]]),
+                 before=lambda grid, args, kw: [args[i].fill_(float("nan")) for i in watched])
     call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=BT,
                 **({} if heads is None else dict(wy_heads=heads)))
     inline = forward.triton_forward(q, k, v, g, beta, wy_fallback="inline", **call)
