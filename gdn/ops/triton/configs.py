@@ -118,15 +118,6 @@ CONFIGS = {
     # B = 1: after the WY pass, or beside it; both slower there than "gluon walk beside", v22)
     "gluon t": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1),
     "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
-    # the wide walk beside the WY pass (v29 candidate): one walk program an SM (two stages), the WY pass
-    # in the order the walk's waves need the chunks (seq_block sequences chunk-major; default a wave's)
-    "wide overlap": dict(wide_overlap=True),
-    "wide overlap sb1": dict(wide_overlap=True, seq_block=1),
-    "wide overlap sb2": dict(wide_overlap=True, seq_block=2),
-    "wide overlap sb4": dict(wide_overlap=True, seq_block=4),
-    "wide overlap g4": dict(wide_overlap=True, flag_group=4),
-    "wide overlap g16": dict(wide_overlap=True, flag_group=16),
-    "gluon t st2": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=2),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

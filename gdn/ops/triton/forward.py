@@ -97,8 +97,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, wide_overlap=False,
-                   seq_block=None, out=None):
+                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -511,7 +510,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         slot_ids = torch.arange(NT + N, dtype=torch.int32, device=q.device)
         slot_seqs = torch.searchsorted(chunk_offsets[1:], slot_ids, right=True, out_int32=True).clamp_(max=N - 1)
 
-    def wy_pass(c_first, n_chunks, done=None, feed=None, seq_block=1):
+    def wy_pass(c_first, n_chunks, done=None, feed=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished; with feed = (P, L, W) in the
         order of the certified split's segments)."""
@@ -519,7 +518,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         wy_kernel[(slots * (HV // wy_heads),)](
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-            slots, c_first, *(feed or (0, 0, 0)), seq_block, SIGNAL=done is not None, FEED=feed is not None,
+            slots, c_first, *(feed or (0, 0, 0)), SIGNAL=done is not None, FEED=feed is not None,
             GROUP=flag_group if done is not None else 1,
             BV=max(16, next_pow2(V)), BLOCK=BLOCK, LOG_BLOCKS=(BT // BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=inverse, WY_SPLIT=wy_split,
@@ -549,7 +548,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     skip_heads = None              # the automatic split's heads, which walk_gluon then skips
     walk_descs = None              # descriptors both Gluon walks read (the automatic split launches both)
 
-    def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None, programs=None):
+    def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None):
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
         the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
         state after the last chunk."""
@@ -564,7 +563,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and longest_first else None, done,
-                         flag_group if done is not None else 1, split, programs=programs)
+                         flag_group if done is not None else 1, split)
             return
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -585,29 +584,6 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _chunk_out_kernel[(NV, c_end - c_first, N * HV)](
             q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
             BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=dot_dtype, num_warps=num_warps)
-
-    if wide_overlap and walk == "gluon_t" and not forced_split and P == 1 and pieces == 1 and cu_seqlens is None \
-            and (B == 1 or T % BT == 0) and overlap == "flags" and t_in and outputs == "walk" \
-            and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
-        # The wide walk beside the WY pass: one launch of each, the walk on the side stream waiting for
-        # each group of chunks to be counted done, the WY pass taking the chunks of seq_block sequences
-        # at a time chunk-major (default: those one wave of the walk covers). The walk is persistent,
-        # fewer programs than SMs taking the (sequence, head, columns) walks in turn: a GPU dispatches
-        # no program of the WY pass while a program of the walk (its stream of higher priority) waits
-        # to be placed, so every walk program must be resident at once (a grid of a program a walk hung
-        # at B8 x T4k on an H200, NOTES.md v29). At two stages (136 KB of shared memory) an SM holds
-        # one walk program and beside it a WY program (33 KB, 2 x 32 K registers); at least one SM holds
-        # no walk. So the WY pass, which waits for nothing, always has room: no deadlock.
-        walk_stages = 2
-        programs = num_sms(q.device) - 1
-        if seq_block is None:
-            seq_block = cdiv(programs, HV * NV)
-        done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
-        with side_streams(q.device, 1) as (main, side):
-            wy_pass(0, NT, done, seq_block=max(1, min(int(seq_block), N)))
-            with on_stream(side):
-                state_walk(0, 1 << 30, h0, ht, done=done, programs=programs)
-        return o, ht
 
     if flags and pieces > 1:
         # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting

@@ -119,19 +119,6 @@ def _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES: gl.constexpr, KS: gl.co
 
 
 @gluon.jit
-def _init_barriers(k_bars, qt_bars, v_bars, p_bars, STAGES: gl.constexpr, KS: gl.constexpr):
-    """The rings' barriers initialised again after _invalidate (a persistent walk's next task), every
-    thread past it before any fill or wait."""
-    for i in gl.static_range(STAGES):
-        mbarrier.init(qt_bars.index(i), count=1)
-        mbarrier.init(v_bars.index(i), count=1)
-        mbarrier.init(p_bars.index(i), count=1)
-    for i in gl.static_range(KS):
-        mbarrier.init(k_bars.index(i), count=1)
-    gl.thread_barrier()
-
-
-@gluon.jit
 def _wait(bars, c, DEPTH: gl.constexpr):
     """Wait for chunk c's tiles in slot c % DEPTH of a ring (its (c // DEPTH)-th fill)."""
     mbarrier.wait(bars.index(c % DEPTH), (c // DEPTH) & 1)

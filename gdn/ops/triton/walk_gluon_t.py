@@ -41,8 +41,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .walk_f16 import bound_of, exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .chunk_fwd import wait_group
-from .walk_gluon import (_LOG2E, _chunk_decays, _init_barriers, _invalidate, _issue, _rings, _rows, _wait,
-                         first_fills, next_k, program_rows, walk_launch)
+from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
+                         program_rows, walk_launch)
 
 
 @gluon.jit
@@ -66,13 +66,12 @@ def _state_t(p_state, o_k, o_vs, V: gl.constexpr, live, MASKED: gl.constexpr):
 
 @gluon.jit
 def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W, n_tasks,
+                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, PERSISTENT: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -92,45 +91,10 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     on the counts from its first chunk's group: every c_first on a group's boundary. CHOSEN (with
     SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose seg_heads [N x HV]
     int32 is nonzero are walked here, the others' programs return at once (walk_gluon's SKIP walks
-    them in order).
-    PERSISTENT (dense, no SPLIT): fewer programs than the n_tasks (sequence, value head, BV columns)
-    walks, each taking task pid, pid + programs, ... in turn with the same rings (their barriers
-    initialised again between tasks): every program is resident at once, as a walk beside the WY
-    pass that waits for it must be (the launcher's wide overlap)."""
-    gl.static_assert(not PERSISTENT or SPLIT == 0, "PERSISTENT: no SPLIT")
-    KS: gl.constexpr = STAGES + 1
-    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
-    o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
-    if PERSISTENT:
-        for task in range(gl.program_id(0), n_tasks, gl.num_programs(0)):
-            _walk_task(task, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_err,
-                       seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W, k_s, q_s, t_s, v_s, p_s,
-                       o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, K, V, BT, BV, STAGES, HAS_H0, STORE_FINAL,
-                       IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, SPLIT, CHOSEN, num_warps)
-            # The next task's fills count from phase 0 again (every fill of this one was waited for).
-            _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
-            _init_barriers(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
-    else:
-        _walk_task(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                   seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W, k_s, q_s, t_s, v_s,
-                   p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, K, V, BT, BV, STAGES, HAS_H0, STORE_FINAL,
-                   IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, SPLIT, CHOSEN, num_warps)
-    _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
-
-
-@gluon.jit
-def _walk_task(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-               seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W,
-               k_s, q_s, t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars,
-               H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-               BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-               HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
-               LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-               GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
-    """walk_t_kernel's walk of task pid (the program's id, unless PERSISTENT) in the program's rings
-    and o's tile."""
+    them in order)."""
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
+    pid = gl.program_id(0)
     i_p = 0
     if SPLIT:
         n_rest = gl.num_programs(0) // P
@@ -175,6 +139,9 @@ def _walk_task(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq
     scol_l: gl.constexpr = gl.SliceLayout(1, acc_s)
     key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # 16-byte row pieces
+
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
+    o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
 
     # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
     o_k = gl.arange(0, K, layout=key_l)
@@ -299,6 +266,7 @@ def _walk_task(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq
             c_o = gl.arange(0, BV, layout=gl.SliceLayout(0, out_l))
             p_o = o + (row_base + r_o).to(gl.int64)[:, None] * (HV * V) + (col_v + c_o)[None, :]
             gl.store(p_o, b_out, mask=(r_o < T)[:, None])
+    _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
     b_S = b_S * (1.0 / b_sig)[:, None]
     o_state = o_k[None, :] * V + o_vs[:, None]
     if SPLIT == 1:
@@ -322,15 +290,14 @@ def _walk_task(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq
 
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None, programs=None):
+                 done=None, group=1, split=None, split_heads=None, descs=None):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or (P, L, W, seg_err, seg_warm,
     seg_pub, seg_flags, seg_ok) for the certified split (walk_t_kernel's SPLIT: its warm-up, then its
     segments; gdn.ops.triton.split_walk), on dense sequences whose chunks read no other sequence's
     rows: after the WY pass, or beside it with done (the WY pass's FEED order); split_heads [N x HV]
     int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here); programs: None (a program a walk), or
-    at most that many programs taking the walks in turn (walk_t_kernel's PERSISTENT). The launcher
+    shared_descriptors of these tensors, or None (made here). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -344,15 +311,10 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
                          "sequence's rows (B = 1 or T a multiple of the chunk)")
     if split_heads is not None and split is None:
         raise ValueError("split_heads (the heads the split walks) needs split")
-    if programs is not None and (split is not None or flags["IS_VARLEN"]):
-        raise ValueError("programs (the persistent walk) takes dense sequences without the split")
     P, L, W, *segs = (1, 0, 0, o, o, o, o, o) if split is None else split
     d_o = _rows(o, [BT, BV])
-    tasks = P * (V // BV) * N * HV
-    grid = tasks if programs is None else max(1, min(programs, tasks))
     for phase in (0,) if split is None else (1, 2):
-        walk_t_kernel[(grid,)](
+        walk_t_kernel[(P * (V // BV) * N * HV,)](
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, o if split_heads is None else split_heads,
-            scale, T, P, L, W, tasks, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, PERSISTENT=programs is not None, **flags,
-            num_warps=4)
+            scale, T, P, L, W, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
+            SPLIT=phase, CHOSEN=split_heads is not None, **flags, num_warps=4)

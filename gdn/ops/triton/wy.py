@@ -596,22 +596,10 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
     return i_n, i_c, tok0, T_seq
 
 
-@triton.jit
-def interleaved_slot(i_slot, NT, N, SEQ_BLOCK):
-    """(sequence, chunk) of slot i_slot when the chunks of each block of SEQ_BLOCK sequences are taken
-    chunk-major (chunk 0 of each, then chunk 1 of each, ...; the last block may hold fewer): the order
-    in which a wave of walk programs over those sequences needs them."""
-    i_blk = i_slot // (SEQ_BLOCK * NT)
-    r = i_slot - i_blk * (SEQ_BLOCK * NT)
-    n_blk = tl.minimum(SEQ_BLOCK, N - i_blk * SEQ_BLOCK)
-    return i_blk * SEQ_BLOCK + r % n_blk, r // n_blk
-
-
-@triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W", "SEQ_BLOCK"])   # one kernel for all bounds
+@triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W"])   # one compiled kernel for all bounds
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
     qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L, FEED_W,
-    SEQ_BLOCK,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -642,10 +630,7 @@ def wy_kernel(
     done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible.
     FEED (with SIGNAL, one launch over all chunks): a sequence's chunks in the order the certified
     split's programs need them (split_walk.feed_chunk, segments of FEED_L chunks, FEED_P of them, each
-    warmed up over the FEED_W chunks before it), so that they all start at once. SEQ_BLOCK (with SIGNAL,
-    dense, one launch over all chunks, C0 = 0): the chunks of each block of SEQ_BLOCK sequences
-    chunk-major (interleaved_slot; 1: each sequence's chunks in turn), for walks of several
-    sequences at once beside the pass (the launcher's wide overlap)."""
+    warmed up over the FEED_W chunks before it), so that they all start at once."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     tl.static_assert(not FEED or (SIGNAL and not IS_VARLEN), "FEED: with SIGNAL, dense batches")
@@ -658,10 +643,6 @@ def wy_kernel(
     i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
     if FEED:
         i_c = feed_chunk(i_c, NT, FEED_P, FEED_L, FEED_W)
-    if SIGNAL:
-        if SEQ_BLOCK > 1:
-            i_n, i_c = interleaved_slot(i_slot, NT, NUM_SLOTS // NT, SEQ_BLOCK)
-            tok0 = i_n.to(tl.int64) * T
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
