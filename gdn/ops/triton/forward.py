@@ -591,7 +591,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # nothing, it is launched first (so a GPU, tool or CUDA_LAUNCH_BLOCKING that runs kernels one
         # at a time finishes it before the walk starts), and the walk leaves at least one SM free
         # for it, and beside each walk program room for a WY program (135 + 33 KB of shared memory,
-        # 2 x 32 K registers: ``beside``), so walks of other calls cannot crowd it out either. A graph
+        # 2 x 32 K registers: ``beside``), so walks of other calls cannot crowd it out either. Fewer
+        # walk programs than SMs also means all of them are placed at once: while a kernel of the
+        # higher-priority stream has programs waiting to be placed, the GPU places none of the WY
+        # pass's (a walk of 512 programs beside it hung at B8 x T4k on an H200: NOTES.md v29). A graph
         # being captured takes the pieces below: a graph may run two kernels of different streams in
         # either order.
         done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import L2NORM_EPS
+from ..common import L2NORM_EPS, triton_interpreting
 from .addressing import load_rows, row_offsets, row_tile, row_vec
 from .decay import chunk_decay
 from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, to_f16
@@ -27,6 +27,7 @@ from .split_walk import feed_chunk
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
+_READ_CTAID = tl.constexpr(not triton_interpreting())    # (the interpreter runs no inline assembly)
 _F16_SAFE = tl.constexpr(16384.0)            # merge_f16's sum |T| at most this (so every entry), else tf32x3
 
 
@@ -86,6 +87,17 @@ def load_chunk_decays(Gc, row0, t0, T_seq, i_hv, HV: tl.constexpr, BT: tl.conste
     b_G_last = tl.load(Gc + (row0 + tl.minimum(BT, T_seq - t0) - 1) * HV + i_hv)
     b_G = tl.where(m_t, tl.load(row_vec(Gc, row0, i_hv, HV, o_t), mask=m_t, other=0.0), b_G_last)
     return b_G, b_G_last
+
+
+@triton.jit
+def fresh_program_id():
+    """tl.program_id(0) of a one-dimensional grid, read again from the hardware's register by an
+    instruction the compiler cannot merge with the first reading: what is derived from it at a
+    kernel's end is then not kept live through the kernel (in the interpreter: program_id)."""
+    if _READ_CTAID:
+        return tl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return tl.program_id(0)
 
 
 @triton.jit
@@ -650,11 +662,24 @@ def wy_kernel(
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
                          F16_DOT, HEADS, FALLBACK_AFTER)
         if SIGNAL:
-            # Every thread's stores before the count (bar.sync, then a release at GPU scope).
+            # Every thread's stores before the count (bar.sync, then a release at GPU scope). The chunk's
+            # place is found again from the program id read anew, so that nothing of it stays live
+            # through the pass (kept, it made ptxas spill more).
             tl.debug_barrier()
-            for j in tl.static_range(HEADS):
-                i_count = counting_head(i_hv + j, H, HV, F16)
-                tl.atomic_add(done + (i_n * tl.cdiv(NT, GROUP) + i_c // GROUP) * HV + i_count, 1, sem="release")
+            pid = fresh_program_id()
+            j_slot, j_hv = pid // NPH, pid % NPH * HEADS
+            j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
+            if FEED:
+                j_c = feed_chunk(j_c, NT, FEED_P, FEED_L, FEED_W)
+            if F16:
+                # The program's heads are of one q/k group (HEADS divides HV / H), counted at the group's
+                # first head: one add for all of them.
+                tl.atomic_add(done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV + counting_head(j_hv, H, HV, F16),
+                              HEADS, sem="release")
+            else:
+                for j in tl.static_range(HEADS):
+                    i_count = counting_head(j_hv + j, H, HV, F16)
+                    tl.atomic_add(done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV + i_count, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
