@@ -181,11 +181,12 @@ def _assert_same_and_close(got, same_as, inputs, h0, l2norm, s_rtol=1e-4):
     assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
-@pytest.mark.parametrize("group, stages, operands, heads", [(1, 2, "bf16_parts", 1), (4, 2, "bf16_parts", 1),
-                                                            (16, 2, "bf16_parts", 1), (1, 3, "bf16_parts", 1),
-                                                            (1, 2, "fp16", 1), (4, 2, "fp16", 1),
-                                                            (4, 2, "bf16_parts", 2), (4, 2, "fp16", 2)])
-def test_triton_bf16_overlap_flags(group, stages, operands, heads, monkeypatch):
+@pytest.mark.parametrize("group, stages, operands, heads, hv", [(1, 2, "bf16_parts", 1, 2), (4, 2, "bf16_parts", 1, 2),
+                                                                (16, 2, "bf16_parts", 1, 2), (1, 3, "bf16_parts", 1, 2),
+                                                                (1, 2, "fp16", 1, 2), (4, 2, "fp16", 1, 2),
+                                                                (4, 2, "bf16_parts", 2, 2), (4, 2, "fp16", 2, 2),
+                                                                (4, 2, "fp16", 2, 4)])
+def test_triton_bf16_overlap_flags(group, stages, operands, heads, hv, monkeypatch):
     """overlap="flags" (the default where pieces would run): one WY launch over all chunks, in
     order, counting each group of ``group`` chunks done, and the walk beside it waiting for each
     group's count. The interpreter runs the WY pass to its end before the walk, so here the counts
@@ -195,12 +196,13 @@ def test_triton_bf16_overlap_flags(group, stages, operands, heads, monkeypatch):
     registers): every wait, the ones before its loop included, must find its group's full count, or
     it spins forever. With fp16 operands the first value head of a group stores the group's q and k,
     so it counts for the group (two heads here) and the walk of either head waits for twice the count.
-    heads: value heads a WY program (wy_heads), each counted as before."""
+    heads: value heads a WY program (wy_heads), each counted as before; hv value heads (4: two fp16
+    WY programs of two heads each add to one group's count)."""
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
     from gdn.ops.triton.schedule import choose_flag_group
-    q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
+    q, k, v, g, beta, S0 = random_inputs(1, 280, 1, hv, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51 + group, device=DEVICE)
     counts = []                     # the done counts each flags call leaves: every chunk counted once
     groups = []                     # the group size each flags launch took
@@ -211,6 +213,8 @@ def test_triton_bf16_overlap_flags(group, stages, operands, heads, monkeypatch):
             counts.append(args[i_done].flatten().tolist())          # after the WY pass ran
             groups.append(kw["GROUP"])
     spy_launches(monkeypatch, "wy_kernel", record)
+    # The flags need fewer walk programs than SMs (the interpreter's 4): room for four heads' walks.
+    monkeypatch.setattr(forward, "num_sms", lambda device: 2 * hv)
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
         for h0 in (S0, None):
@@ -226,8 +230,8 @@ def test_triton_bf16_overlap_flags(group, stages, operands, heads, monkeypatch):
     finally:
         faulthandler.cancel_dump_traceback_later()
     per_group = [min(group, 9 - c) for c in range(0, 9, group)]          # 9 chunks in groups
-    heads = [(2 * n, 0) for n in per_group] if operands == "fp16" else [(n, n) for n in per_group]
-    assert counts[:2] == [[n for pair in heads for n in pair]] * 2     # [group, head], 2 heads
+    heads = [(hv * n,) + (0,) * (hv - 1) if operands == "fp16" else (n,) * hv for n in per_group]
+    assert counts[:2] == [[n for row in heads for n in row]] * 2     # [group, head]
     assert groups == [group, group, choose_flag_group(9)]
     with pytest.raises(ValueError, match="overlap must be"):
         forward.triton_forward(q, k, v, g, beta, scale=0.25, overlap="events")
