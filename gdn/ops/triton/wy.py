@@ -671,15 +671,14 @@ def wy_kernel(
             j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
             if FEED:
                 j_c = feed_chunk(j_c, NT, FEED_P, FEED_L, FEED_W)
+            p_counts = done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV      # [HV] of the chunk's group
             if F16:
                 # The program's heads are of one q/k group (HEADS divides HV / H), counted at the group's
                 # first head: one add for all of them.
-                tl.atomic_add(done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV + counting_head(j_hv, H, HV, F16),
-                              HEADS, sem="release")
+                tl.atomic_add(p_counts + counting_head(j_hv, H, HV, F16), HEADS, sem="release")
             else:
                 for j in tl.static_range(HEADS):
-                    i_count = counting_head(j_hv + j, H, HV, F16)
-                    tl.atomic_add(done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV + i_count, 1, sem="release")
+                    tl.atomic_add(p_counts + j_hv + j, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
