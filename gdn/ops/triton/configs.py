@@ -118,6 +118,8 @@ CONFIGS = {
     # B = 1: after the WY pass, or beside it; both slower there than "gluon walk beside", v22)
     "gluon t": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1),
     "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
+    # the automatic split's bounds at the caller's stream priority, behind the WY pass (v30 candidate)
+    "bounds prio 0": dict(bounds_priority=0),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

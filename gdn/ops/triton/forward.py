@@ -97,7 +97,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, out=None):
+                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, bounds_priority=-1,
+                   out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -190,6 +191,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     True segments then leave an SM free (split_walk.beside_segments: 2 at B1 x HV 32). On an H200
     no faster than after it (v25: a walk program takes ~3.3 us a chunk, alone on its SM or two an
     SM, so four segments after the WY pass beat two beside it).
+    ``bounds_priority`` (the automatic split): the CUDA stream priority of the side stream that forms
+    the certificates' bounds beside the WY pass (lower is higher; default -1, above the caller's 0,
+    below the ordered walk's -2). At 0 their ~16 K small programs would queue behind the WY pass's
+    instead of being placed ahead of them (a v30 candidate, not yet measured on a GPU).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -476,6 +481,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_beside and not forced_split:
         raise ValueError("split_beside=True needs split_walk (the certified split it places beside the WY pass)")
+    if isinstance(bounds_priority, bool) or not isinstance(bounds_priority, numbers.Integral):
+        raise ValueError(f"bounds_priority must be an int (a CUDA stream priority), got {bounds_priority!r}")
     if forced_split and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
         raise ValueError("split_walk (the certified split) takes walk='gluon_t' on dense sequences whose chunks "
                          f"read no other sequence's rows (B = 1 or T a multiple of the chunk), got walk={walk!r}"
@@ -621,7 +628,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # as without the split.
         from .walk_gluon import shared_descriptors
         P_s, L_s, W_s = auto[:3]
-        with side_streams(q.device, 2) as (main, side, side2):
+        with side_streams(q.device, 2, priorities=(-2, bounds_priority)) as (main, side, side2):
             wy_pass(0, NT, done)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):

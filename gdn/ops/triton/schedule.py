@@ -82,16 +82,17 @@ def choose_flag_group(num_chunks: int) -> int:
     return 16 if num_chunks >= 1024 else 8
 
 
-_SIDE_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+_SIDE_STREAMS: dict[tuple[int, int, int, int], torch.cuda.Stream] = {}
 
 
 @contextlib.contextmanager
-def side_streams(device: torch.device, count: int = 1):
+def side_streams(device: torch.device, count: int = 1, priorities: tuple[int, ...] | None = None):
     """(main, side, ...): the caller's stream and ``count`` side streams, each starting after the work
-    queued so far; the caller's stream waits for all of them on exit. The first, for the state walk,
-    has the highest priority; the next (the outputs beside the walk, which the walk two pieces on
-    waits for) the next highest, so that neither queues behind the WY passes the caller's stream
-    holds. Nones off CUDA: the interpreter runs everything in order."""
+    queued so far; the caller's stream waits for all of them on exit. By default the first, for the
+    state walk, has the highest priority (-2); the next (the outputs beside the walk, which the walk
+    two pieces on waits for) the next highest (-1), so that neither queues behind the WY passes the
+    caller's stream holds; ``priorities`` gives each side stream's instead (lower is higher, 0 the
+    default streams'). Nones off CUDA: the interpreter runs everything in order."""
     if device.type != "cuda":
         yield (None,) * (count + 1)
         return
@@ -100,11 +101,12 @@ def side_streams(device: torch.device, count: int = 1):
     # captured) never queue behind each other's walks.
     sides = []
     for j in range(count):
-        key = (main.device.index, main.cuda_stream, j)
+        priority = priorities[j] if priorities is not None else (-2 if j == 0 else -1)
+        key = (main.device.index, main.cuda_stream, j, priority)
         side = _SIDE_STREAMS.get(key)
         if side is None:
             # Out-of-range priorities are clamped to the device's range (walk and outputs may share one).
-            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=-2 if j == 0 else -1)
+            side = _SIDE_STREAMS[key] = torch.cuda.Stream(device=main.device, priority=priority)
         side.wait_stream(main)
         sides.append(side)
     try:

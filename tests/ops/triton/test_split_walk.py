@@ -264,6 +264,9 @@ def test_split_walk_refusals(monkeypatch):
             call(split_walk=2, split_warmup=bad, **gluon_t)
     with pytest.raises(ValueError, match="split_beside=True needs split_walk"):
         call(split_beside=True, **gluon_t)
+    for bad in (None, True, -1.5):
+        with pytest.raises(ValueError, match="bounds_priority must be an int"):
+            call(bounds_priority=bad, **gluon_t)
 
 
 def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, **kw):
