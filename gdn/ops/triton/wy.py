@@ -586,7 +586,8 @@ def _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, 
 
 
 @triton.jit
-def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN: tl.constexpr):
+def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P, FEED_L, FEED_W,
+                 IS_VARLEN: tl.constexpr, FEED: tl.constexpr):
     """Map a flat chunk slot to (sequence, chunk within it, first token, length of the sequence).
 
     Dense batches: slot = sequence * NT + chunk - C0, for a launch over chunks C0 .. C0 + NT - 1 of
@@ -594,7 +595,8 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
     sequences: chunk_offsets [N + 1] holds the cumulative chunk counts and slot_seqs [slots] each
     slot's sequence, found by the launcher on the device (a search here would be a chain of
     dependent loads at the start of every program, with nothing else to do meanwhile). Slots past
-    the last chunk belong to the last sequence and return a chunk index past its end."""
+    the last chunk belong to the last sequence and return a chunk index past its end. FEED (dense,
+    one launch over all chunks): a sequence's chunks in the certified split's order (feed_chunk)."""
     if IS_VARLEN:
         i_n = tl.load(slot_seqs + i_slot)
         i_c = i_slot - tl.load(chunk_offsets + i_n)
@@ -603,6 +605,8 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VAR
     else:
         i_n = i_slot // NT
         i_c = C0 + i_slot % NT
+        if FEED:
+            i_c = feed_chunk(i_c, NT, FEED_P, FEED_L, FEED_W)
         tok0 = i_n.to(tl.int64) * T
         T_seq = T
     return i_n, i_c, tok0, T_seq
@@ -652,9 +656,8 @@ def wy_kernel(
     i_slot, i_hv = tl.program_id(0) // NPH, tl.program_id(0) % NPH * HEADS
     if i_slot >= NUM_SLOTS:
         return
-    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
-    if FEED:
-        i_c = feed_chunk(i_c, NT, FEED_P, FEED_L, FEED_W)
+    i_n, i_c, tok0, T_seq = locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P, FEED_L,
+                                         FEED_W, IS_VARLEN, FEED)
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
@@ -668,9 +671,8 @@ def wy_kernel(
             tl.debug_barrier()
             pid = fresh_program_id()
             j_slot, j_hv = pid // NPH, pid % NPH * HEADS
-            j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, IS_VARLEN)
-            if FEED:
-                j_c = feed_chunk(j_c, NT, FEED_P, FEED_L, FEED_W)
+            j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P, FEED_L,
+                                          FEED_W, IS_VARLEN, FEED)
             p_counts = done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV      # [HV] of the chunk's group
             if F16:
                 # The program's heads are of one q/k group (HEADS divides HV / H), counted at the group's
