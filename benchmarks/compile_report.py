@@ -17,7 +17,8 @@ memory), HGMMA (warpgroup MMAs, how many take bf16 / tf32 operands), HMMA (mma.s
 (local-memory loads/stores in the SASS: spills and register arrays), cvt (ttg.convert_layout ops in
 the TTGIR: register shuffles, mostly through shared memory), instr (SASS instructions), loop
 (instructions / HGMMA / LDL+STL in the largest loop body: one chunk of the state walk or segment
-maps, their critical path), ser (ptxas reports wgmma serialized for lack of registers), ur? (reads
+maps, their critical path; "-N": N of those instructions sit in a block behind a forward branch
+of 100 or more, e.g. the posterior split's checkpoint, which one chunk of all takes), ser (ptxas reports wgmma serialized for lack of registers), ur? (reads
 of uniform registers that nothing wrote before: a miscompile, see undefined_uniform_reads; must be 0).
 """
 from __future__ import annotations
@@ -180,7 +181,14 @@ def sass_info(cubin):
         c["HGMMA_TF32"] = sum(1 for _, op, _ in selected if op.startswith("HGMMA") and "TF32" in op)
         c["instr"] = len(selected)
         return c
-    return count(instrs), count([i for i in instrs if loop[0] <= i[0] <= loop[1]]), sass
+    body = [i for i in instrs if loop[0] <= i[0] <= loop[1]]
+    in_loop = count(body)
+    # The loop's largest block behind a forward branch: code a chunk skips unless, e.g., it is the
+    # split's checkpoint (taken once).
+    in_loop["skipped"] = max([sum(1 for a, _, _ in body if addr < a < target) for addr, op, rest in body
+                              if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest))
+                              and addr < (target := int(m.group(1), 16)) <= loop[1]], default=0)
+    return count(instrs), in_loop, sass
 
 
 # Instructions whose first operand is read, not written (stores, barriers, branches, the MMAs).
@@ -196,7 +204,7 @@ def undefined_uniform_reads(sass):
     written, bad = set(), []
     for addr, op, rest in _SASS_LINE.findall(sass):
         operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
-        if op.startswith(_NO_DEST):
+        if op.split(".")[0] in _NO_DEST:            # (by name: REDUX, unlike RED, writes a register)
             dests, srcs = [], operands
         elif op.startswith("R2UR"):              # "R2UR P0, UR7, R2": a predicate and a register written
             dests, srcs = operands[:-1], operands[-1:]
@@ -238,7 +246,8 @@ def programs_per_sm(regs, warps, smem):
 def row(variant, name, grid, r):
     t, lp = r["total"], r["loop"]
     hg = f"{t['HGMMA']} ({t['HGMMA_BF16']}b/{t['HGMMA_TF32']}t)"
-    loop = f"{lp['instr']}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
+    skipped = f"-{lp['skipped']}" if lp["skipped"] >= 100 else ""
+    loop = f"{lp['instr']}{skipped}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
     smem = f"{r['smem']}{'!' if r['smem'] > SMEM_LIMIT else ''}"
     occ = programs_per_sm(r["regs"], r["warps"], r["smem"])
     return (f"{variant:<22}{name:<23}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"

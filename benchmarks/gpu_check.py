@@ -163,6 +163,7 @@ def correctness() -> None:
           **CONFIGS["bv64 st1"])
     check("bf16 B1 T32k decaying", 1, 32768, torch.bfloat16)
     check("bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long")
+    check("[split bounds] bf16 B1 T32k decaying", 1, 32768, torch.bfloat16, **CONFIGS["split bounds"])
     # The automatic split (from split_walk.AUTO_MIN_CHUNKS on) at B = 2 and at K = 64 (walk="gluon").
     check("bf16 B2 T32k heads 8/16 decaying (automatic split)", 2, 32768, torch.bfloat16, dims=(8, 16, 128, 128))
     check("bf16 B1 T32k K64 decaying (walk gluon, automatic split)", 1, 32768, torch.bfloat16, walk="gluon",
@@ -325,7 +326,8 @@ def stages() -> None:
             return timed(f"launch {self.name}", self.kernel[grid])
 
     saved = []
-    for m, n in ((split_walk, "forgetting_heads"), (split_walk, "certified"), (walk_gluon, "walk_gluon"),
+    for m, n in ((split_walk, "forgetting_heads"), (split_walk, "certified"), (split_walk, "posterior"),
+                 (walk_gluon, "walk_gluon"),
                  (walk_gluon_t, "walk_gluon_t"), (walk_gluon, "shared_descriptors")):
         saved.append((m, n, getattr(m, n)))
         setattr(m, n, timed(n, getattr(m, n)))

@@ -118,11 +118,18 @@ CONFIGS = {
     # B = 1: after the WY pass, or beside it; both slower there than "gluon walk beside", v22)
     "gluon t": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1),
     "gluon t beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, pieces=8),
-    # the automatic split's bounds at the caller's stream priority, behind the WY pass (v30 candidate)
-    "bounds prio 0": dict(bounds_priority=0),
+    # the split's certificates: v30's default checks each warm-up after the segments' walk against the
+    # segment before's states (split_check="posterior"); v26-v29's against bounds formed beside the WY
+    # pass ("split bounds"), whose stream priority "bounds prio 0" lowers to the caller's (v30: the WY
+    # pass faster, the walk waiting as long for the bounds after it)
+    "split posterior": dict(split_check="posterior"),
+    "split bounds": dict(split_check="bounds"),
+    "bounds prio 0": dict(split_check="bounds", bounds_priority=0),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),
+    "gluon t split bounds": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True,
+                                 split_check="bounds"),
     "gluon t split beside": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True,
                                  split_beside=True),
     # v26: the default's automatic split (split_walk=None: the heads whose warm-ups forget in certified

@@ -97,8 +97,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                    factors=None,
                    longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS, pieces=None, fused=True,
                    overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None, q_late=False,
-                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, bounds_priority=-1,
-                   out=None):
+                   operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False, split_check=None,
+                   bounds_priority=-1, out=None):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there).
 
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
@@ -191,10 +191,19 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     True segments then leave an SM free (split_walk.beside_segments: 2 at B1 x HV 32). On an H200
     no faster than after it (v25: a walk program takes ~3.3 us a chunk, alone on its SM or two an
     SM, so four segments after the WY pass beat two beside it).
-    ``bounds_priority`` (the automatic split): the CUDA stream priority of the side stream that forms
-    the certificates' bounds beside the WY pass (lower is higher; default -1, above the caller's 0,
-    below the ordered walk's -2). At 0 their ~16 K small programs would queue behind the WY pass's
-    instead of being placed ahead of them (a v30 candidate, not yet measured on a GPU).
+    ``split_check`` how a segment's warm-up is certified: "posterior" (the default, None, after the
+    WY pass) after the segments' walk, against the column norms the segment before walked to where
+    the warm-up starts, in a second launch that walks again, from the segment before's final state,
+    any segment that fails (walk_t_kernel's SPLIT 3 and 4: no pass over v, segment 0 longer by the
+    others' warm-ups, split_walk.posterior_segments); "bounds" (the default with split_beside)
+    against a bound on the state formed from v, g and beta by two kernels beside the WY pass
+    (split_walk.segment_errors), before the segment starts. On an H200 (NOTES.md v30) the posterior
+    check took B1 x T128k with decaying gates from 3.50 to 3.29 ms: the WY pass no longer shares
+    the GPU with the bounds' pass over v.
+    ``bounds_priority`` (the automatic split, split_check="bounds"): the CUDA stream priority of the
+    side stream that forms the certificates' bounds beside the WY pass (lower is higher; default -1,
+    above the caller's 0, below the ordered walk's -2). On an H200 (NOTES.md v30) 0 took 5-11% off the WY pass at B = 1
+    but made the walk wait as long for the bounds after it: no faster end to end.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -481,6 +490,12 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_beside and not forced_split:
         raise ValueError("split_beside=True needs split_walk (the certified split it places beside the WY pass)")
+    if split_check is None:
+        split_check = "bounds" if split_beside else "posterior"
+    if split_check not in ("bounds", "posterior"):
+        raise ValueError(f"split_check must be None, 'bounds' or 'posterior', got {split_check!r}")
+    if split_beside and split_check == "posterior":
+        raise ValueError("split_beside=True takes split_check='bounds' (the posterior check runs after the WY pass)")
     if isinstance(bounds_priority, bool) or not isinstance(bounds_priority, numbers.Integral):
         raise ValueError(f"bounds_priority must be an int (a CUDA stream priority), got {bounds_priority!r}")
     if forced_split and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
@@ -611,38 +626,52 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         if auto_split and long_enough and walk == "gluon" and V % 64 == 0 and K in (64, 128):
             # Placed as split_walk=True's after the WY pass: 64 columns a program, two programs an SM.
             auto = splits.plan(True, split_warmup, NT, N * HV * (V // 64), num_sms(q.device), flag_group, False)
-        if auto is None or auto[0] < 2:
+            P_s, L_s, W_s = auto[:3]
+            L0_s = L_s                           # (the bounds' check: every segment L chunks)
+            if split_check == "posterior" and P_s > 1:
+                P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
+            auto = None if P_s < 2 else auto
+        if auto is None:
             with side_streams(q.device, 1) as (main, side):
                 wy_pass(0, NT, done)
                 with on_stream(side):
                     state_walk(0, 1 << 30, h0, ht, done=done)
             return o, ht
-        # The automatic split: on the first side stream the heads whose warm-ups forget (from g alone,
-        # a few microseconds), then the ordered walk of the others beside the WY pass; on the second
-        # the certificates' bounds, launched after that walk (their many small programs would
-        # otherwise take the SMs the walk's programs wait for: 0.3 ms later at B1 x T128k on an
-        # H200, NOTES.md v26); after the WY pass, on the caller's stream, the chosen heads' segments
-        # (walk_gluon_t, two programs an SM: the SM count's segments, as split_walk=True). Either
-        # walk returns at once for the other's heads, and neither waits for the other (the segments
-        # start after the WY pass, which the ordered walk alone waits on): the flags' argument holds
-        # as without the split.
+        # The automatic split: on the first side stream the heads whose warm-ups forget (from g and
+        # beta, a few microseconds), then the ordered walk of the others beside the WY pass; with
+        # split_check="bounds", on the second the certificates' bounds, launched after that walk
+        # (their many small programs would otherwise take the SMs the walk's programs wait for: 0.3
+        # ms later at B1 x T128k on an H200, NOTES.md v26); after the WY pass, on the caller's
+        # stream, the chosen heads' segments (walk_gluon_t, two programs an SM: the SM count's
+        # segments, as split_walk=True) and, posterior, their check. Either walk returns at once for
+        # the other's heads, and neither waits for the other (the segments start after the WY pass,
+        # which the ordered walk alone waits on): the flags' argument holds as without the split.
         from .walk_gluon import shared_descriptors
-        P_s, L_s, W_s = auto[:3]
         with side_streams(q.device, 2, priorities=(-2, bounds_priority)) as (main, side, side2):
             wy_pass(0, NT, done)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):
-                skip_heads = splits.forgetting_heads(g, BT, P_s, L_s, W_s)
+                skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
                 heads_ready = None if side is None else side.record_event()
                 state_walk(0, 1 << 30, h0, ht, done=done)
-            with on_stream(side2):
-                # Only the chosen heads' bounds: with long memory the bounds then read nothing.
-                if side2 is not None:
-                    side2.wait_event(heads_ready)
-                cert = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, 64, skip_heads)
-            if main is not None:                 # (meta tensors: compile_report's recorded launches)
-                main.wait_stream(side2)          # (which waited for the heads)
-                for t in (skip_heads, *cert[3:]):
+            if split_check == "posterior":
+                # Nothing beside the WY pass: the segments check their warm-ups against each other's
+                # states (buffers made on the caller's stream), so only the heads are waited for.
+                cert = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, 64, trusted=skip_heads)
+                made = [skip_heads]
+                if main is not None:
+                    main.wait_event(heads_ready)
+            else:
+                with on_stream(side2):
+                    # Only the chosen heads' bounds: with long memory the bounds then read nothing.
+                    if side2 is not None:
+                        side2.wait_event(heads_ready)
+                    cert = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, 64, skip_heads)
+                made = [skip_heads, cert.bound, cert.warm, cert.pub, cert.flags, cert.ok]
+                if main is not None:
+                    main.wait_stream(side2)          # (which waited for the heads)
+            if main is not None:                     # (meta tensors: compile_report's recorded launches)
+                for t in made:
                     t.record_stream(main)
             splits.last_heads = skip_heads
             from .walk_gluon_t import walk_gluon_t
@@ -699,13 +728,21 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # After the WY pass: its launch first, then the bounds on a side stream beside it (their
         # tensors, made there, marked as used on the caller's stream, which the walk runs on); in
         # order on the caller's stream while a graph is captured (no allocations across streams there).
+        # The posterior check needs no bounds: its heads' test (the betas) on the caller's stream.
+        if split_check == "posterior" and P_s > 1:
+            P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
+            wy_pass(0, NT)
+            if P_s > 1:
+                split = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, BV)
+            state_walk(0, 1 << 30, h0, ht)
+            return o, ht
         with side_streams(q.device, 0 if capturing else 1) as (main, *side):
             wy_pass(0, NT)
             if P_s > 1:
                 with on_stream(side[0] if side else None):
                     split = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
                 if side and main is not None:
-                    for t in split[3:]:
+                    for t in (split.bound, split.warm, split.pub, split.flags, split.ok):
                         t.record_stream(main)
     else:
         wy_pass(0, NT)

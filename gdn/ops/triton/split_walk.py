@@ -1,40 +1,60 @@
 """The certified split of one sequence's state walk into segments (walk_gluon_t's SPLIT): the host
-side, the certificates' bounds (two kernels) and the automatic split's choice of heads (one kernel).
+side, the certificates' bounds (two kernels, split_check="bounds") and the split's choice of heads
+(one kernel).
 
 Few sequences x heads leave most SMs idle (B = 1: 64 programs of 64 columns). Cut each sequence into
-P segments of L chunks; segment p's program walks the W chunks before its segment from a zero state
-(its warm-up, no outputs) and then its own L chunks with outputs. With l2-normalised keys and beta in
+P segments; segment p's program walks the W chunks before its segment from a zero state (its
+warm-up, no outputs) and then its own chunks with outputs. With l2-normalised keys and beta in
 [0, 2], each token's map S -> e^g (I - beta k k^T) S has spectral norm at most e^g, so what the
 true state before the warm-up contributes to the state at the segment's start is, column by column,
-at most e^{G_win} B in 2-norm: G_win the warm-up's summed log-decay, B a bound on the true state's
-column norms before it. That bound follows the recurrence of the state's own growth,
+at most e^{G_win} |S*_j| in 2-norm: G_win the warm-up's summed log-decay, S* the true state before
+it. A segment whose bound is at most 2^-30 of each of its columns' largest entry (so of the
+column's norm) keeps its warmed-up start, which then equals the sequential walk's to below fp32's
+rounding (and the difference shrinks further along the segment); any other is walked from segment
+p - 1's final state, so the result is exact either way, and long memory degrades to a sequential
+walk. Two ways to know |S*_j|:
 
-    B_t = e^{g_t} B_{t-1} + |beta_t| max_j |v_tj|,      B before the first token: h0's largest column norm,
+- **posterior** (split_check="posterior", the default; posterior, posterior_segments): measured.
+  Segment p - 1 walks through the chunk where p's warm-up starts (its checkpoint) and stores its
+  state's column norms there; every segment walks at once (walk_t_kernel's SPLIT 3), then a
+  second launch (SPLIT 4) checks segment p once p - 1 is final (exact, by induction from segment 0)
+  and walks p again from p - 1's final state where the check fails. Nothing is read of v, and
+  nothing runs beside the WY pass. The margin of 4 covers the norms' own rounding (the fp16 walk's
+  ~1e-3) and the fp16 keys: their norms are 1 to ~2^-10, so over a warm-up of W x 64 tokens with
+  beta near 2 the window's map may exceed e^{G_win} by up to (1 + 2^-9)^(W 64), ~20 at W = 24 in
+  the worst case of every rounding in one direction; the certificate's 2^-30 then still leaves the
+  truncation below fp32's rounding, and far below the walk's own. Segment 0, which has no warm-up,
+  is POSTERIOR_LEAD warm-ups longer: the check of every segment waits for the one before to end.
+- **bounds** (split_check="bounds": segment_errors, certified): a bound from the recurrence of the
+  state's own growth, formed beside the WY pass by two kernels over v, g and beta,
 
-(each token adds beta_t v_t k_t^T, whose column j has norm |beta_t v_tj|). A program whose bound is
-at most 2^-30 of each of its columns' largest entry (so of the column's norm) starts from its
-warmed-up state, which then equals the sequential walk's to below fp32's rounding (and the
-difference shrinks further along the segment); a program whose bound is larger (long memory, or a
-state far smaller than the values before it) waits for segment p - 1's final state instead, so the
-result is exact either way, and long memory degrades to a sequential walk.
+      B_t = e^{g_t} B_{t-1} + |beta_t| max_j |v_tj|,      B before the first token: h0's largest column norm,
+
+  (each token adds beta_t v_t k_t^T, whose column j has norm |beta_t v_tj|), checked by the warm-up
+  launch (SPLIT 1) before the segments' (SPLIT 2), where a segment that does not certify waits
+  for p - 1's final state. Its pass over v shared the GPU with the WY pass: on an H200 (NOTES.md
+  v30) the posterior check took B1 x T128k from 3.50 to 3.29 ms with decaying gates.
 
 Automatic (triton_forward's default split_walk=None, from AUTO_MIN_CHUNKS chunks on, where the
-default walks one or a few sequences beside the WY pass): forgetting_heads marks, from g alone, the
-heads whose every warm-up forgets by 2^FORGET_LOG2; those take the split after the WY pass, every
-other head keeps the ordered walk beside it (walk_gluon's SKIP, walk_t_kernel's CHOSEN), and the
-bounds are formed for the marked heads only. On an H200 (benchmarks/NOTES.md v26) B1 x T128k went
-4.75 -> 3.68 ms with decaying gates and stayed at 4.76-4.78 with long memory.
+default walks one or a few sequences beside the WY pass): forgetting_heads marks, from g and beta,
+the heads whose every warm-up forgets by 2^FORGET_LOG2 with its betas in [0, 2]; those take the
+split after the WY pass, every other head keeps the ordered walk beside it (walk_gluon's SKIP,
+walk_t_kernel's CHOSEN). On an H200 (benchmarks/NOTES.md v26) B1 x T128k went 4.75 -> 3.68 ms with
+decaying gates and stayed at 4.76-4.78 with long memory.
 
 Forced (``split_walk=True`` or P, every head): after the WY pass by default (split_segments: two
-programs an SM), or beside it (``split_beside``; beside_segments: fewer programs than SMs), where
-the WY pass forms the chunks in the order the segments walk them (feed_chunk, feed_order its
-reference) and the walk waits on its counts. On an H200 the second was no faster (NOTES.md v25).
+programs an SM), or, with the bounds, beside it (``split_beside``; beside_segments: fewer programs
+than SMs), where the WY pass forms the chunks in the order the segments walk them (feed_chunk,
+feed_order its reference) and the walk waits on its counts. On an H200 the second was no faster
+(NOTES.md v25).
 
 benchmarks/split_certificate.py checked the bound in float64 (T = 16384, segment starts every 4096
 tokens): with decaying gates 16 warm-up chunks certify every start, the bound ~1000x above the true
 difference; with long-memory gates none.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -57,9 +77,12 @@ FORGET_LOG2 = -44.0
 # below its ~1.0 ms of GPU on the H200 machine, and the call is 9-18% faster with decaying gates
 # and 1-2% slower with long memory (NOTES.md v26-v27); at 256 chunks it was 8% slower (decaying).
 AUTO_MIN_CHUNKS = 512
+# The posterior check's segment 0 is longer by this many warm-ups: a warm-up chunk (no outputs) took
+# ~2.3 us against ~3.05 us for a chunk with outputs (walk_t_kernel at two programs an SM, NOTES.md v29),
+# so segment 0's extra chunks take about the time of the others' warm-ups.
+POSTERIOR_LEAD = 0.75
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
-_FORGET_LN = tl.constexpr(FORGET_LOG2 * 0.6931471805599453)     # in the kernel: ln 2 times FORGET_LOG2
 
 
 def segments_of(NT: int, P: int) -> tuple[int, int]:
@@ -200,38 +223,47 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
 
 
 @triton.jit
-def _forgetting_kernel(g, heads, T, P, L, W, HV: tl.constexpr, BT: tl.constexpr, BLOCK: tl.constexpr):
+def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
+                       BLOCK: tl.constexpr):
     """heads [N x HV] int32 (forgetting_heads): one program a (sequence, value head), grid (N x HV,).
-    Segment p's warm-up, chunks max(p L - W, 0) .. p L - 1, forgets if its summed log-decay is at
-    most FORGET_LOG2 ln 2, or if it starts at the sequence's start (then it is exact)."""
+    Segment p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets if its
+    summed log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the
+    sequence's start (then it is exact)."""
     i_nh = tl.program_id(0)
     i_n, i_hv = i_nh // HV, i_nh % HV
-    base = g + i_n.to(tl.int64) * T * HV + i_hv
+    base = i_n.to(tl.int64) * T * HV + i_hv
     o_t = tl.arange(0, BLOCK)
     chosen = tl.full([], 1, tl.int32)
     for p in range(1, P):
-        first = tl.maximum(p * L - W, 0) * BT
-        end = p * L * BT
+        first = tl.maximum(L0 + (p - 1) * L - W, 0) * BT
+        end = (L0 + (p - 1) * L) * BT
         acc = tl.zeros([BLOCK], tl.float32)
+        growing = tl.zeros([BLOCK], tl.int32)
         for t0 in range(first, end, BLOCK):
             t = t0 + o_t
-            acc += tl.load(base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
-        forgets = (tl.sum(acc, 0) <= _FORGET_LN) | (first == 0)
+            acc += tl.load(g + base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
+            b_beta = tl.load(beta + base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
+            growing |= ((b_beta < 0) | (b_beta > 2)).to(tl.int32)
+        forgets = ((tl.sum(acc, 0) <= forget_ln) & (tl.max(growing, 0) == 0)) | (first == 0)
         chosen = chosen & forgets.to(tl.int32)
     tl.store(heads + i_nh, chosen)
 
 
-def forgetting_heads(g: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS) -> torch.Tensor:
+def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS,
+                     L0: int | None = None, forget_log2: float = FORGET_LOG2) -> torch.Tensor:
     """Which heads the automatic split walks in segments: [B x HV] int32, 1 where every segment
-    p >= 1's warm-up (the W chunks before p L, fewer at the sequence's start) forgets, its summed
-    log-decay at most FORGET_LOG2 ln 2, else 0 (those heads walk in order). g [B, T, HV] fp32
-    contiguous, the log-decays, whole chunks up to the last segment's start. One small kernel over
-    g alone (P - 1 warm-ups' tokens a head), so that the sequential walk can start on its answer
-    right after the WY pass's launch. A guess of the certificate's outcome, never a substitute for
-    it: a chosen head whose warm-up does not certify still waits for the segment before (exact)."""
+    p >= 1's warm-up (the W chunks before s_p = L0 + (p - 1) L, fewer at the sequence's start; L0
+    None: L) forgets, its summed log-decay at most forget_log2 ln 2, with its betas in [0, 2], else
+    0 (those heads walk in order). g, beta [B, T, HV] fp32 contiguous, the log-decays and the betas,
+    whole chunks up to the last segment's start. One small kernel over the warm-ups' tokens, so that
+    the sequential walk can start on its answer right after the WY pass's launch. A guess of the
+    certificate's outcome, never a substitute for it: a chosen head whose warm-up does not certify
+    still waits for the segment before (exact). With forget_log2 = inf: only the betas' test (the
+    heads the posterior check may certify: Split.trusted)."""
     B, T, HV = g.shape
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
-    _forgetting_kernel[(B * HV,)](g, heads, T, P, L, W, HV=HV, BT=BT, BLOCK=512)
+    _forgetting_kernel[(B * HV,)](g, beta, heads, T, P, L, W, L if L0 is None else L0,
+                                  forget_log2 * 0.6931471805599453, HV=HV, BT=BT, BLOCK=512)
     return heads
 
 
@@ -295,13 +327,66 @@ def feed_chunk(j, NT, P, L, W):
     return p * L - W + t
 
 
-def split_buffers(P: int, N: int, HV: int, K: int, V: int, BV: int, device) -> tuple[torch.Tensor, ...]:
+class Split(NamedTuple):
+    """walk_gluon_t's split argument: P segments of L chunks, each warmed up over the W chunks before
+    it, and the tensors walk_t_kernel reads and writes (split_buffers'). L0 = 0: the bounds' check
+    (certified: segment p's first chunk p L; SPLIT 1 then 2, two launches); L0 > 0: the posterior
+    check (posterior: segment 0 the first L0 chunks, segment p >= 1 L chunks from L0 + (p - 1) L;
+    SPLIT 3 then 4, two launches), bound then each segment's start and checkpoint (walk_t_kernel's
+    seg_bound) and trusted [N x HV] int32 the heads whose warm-ups' betas lie in [0, 2]
+    (forgetting_heads)."""
+    P: int
+    L: int
+    W: int
+    bound: torch.Tensor      # [P, N x HV] fp32 (the bounds' check), [P, N x HV, 3, V] fp32 (posterior)
+    warm: torch.Tensor       # [P, N x HV, K, V] fp32: the warmed-up states (the bounds' check)
+    pub: torch.Tensor        # [P, N x HV, K, V] fp32: the segments' published final states
+    flags: torch.Tensor      # [P, N x HV, V / BV] int32: their publication flags
+    ok: torch.Tensor         # [P, N x HV, V / BV] int32: 2 exact, 1 certified, 0 not (waited or walked again)
+    L0: int = 0
+    trusted: torch.Tensor | None = None
+
+
+def posterior_segments(NT: int, P: int, warmup: int = WARMUP_CHUNKS) -> tuple[int, int, int]:
+    """(P, L0, L) for the posterior check with at most P segments: segment 0 longer by about
+    POSTERIOR_LEAD warm-ups (it has none, and every segment's check waits for the one before to end),
+    the others L chunks, at least one warm-up long (a checkpoint lies in the segment before the
+    warm-up it serves). Fewer segments where P do not fit; (1, NT, NT) where none does."""
+    lead = round(POSTERIOR_LEAD * warmup)
+    while P > 1:
+        L = cdiv(max(NT - lead, 0), P)
+        L0 = NT - (P - 1) * L
+        if L >= warmup and L0 >= warmup and L0 > 0:
+            return P, L0, L
+        P -= 1
+    return 1, NT, NT
+
+
+def posterior(P: int, L0: int, L: int, W: int, g: torch.Tensor, beta: torch.Tensor, K: int, V: int, BT: int,
+              BV: int, trusted: torch.Tensor | None = None) -> Split:
+    """walk_gluon_t's split argument for the posterior check (posterior_segments' P, L0, L; warm-ups of
+    W chunks): its buffers, and trusted (None: made here from the warm-ups' betas, forgetting_heads
+    with forget_log2 = inf; g, beta [B, T, HV] fp32 contiguous). Nothing is read of the WY pass or of
+    v: no kernel beside it. The outcomes stay in last_outcome."""
+    global last_outcome
+    B, _, HV = g.shape
+    if trusted is None:
+        trusted = forgetting_heads(g, beta, BT, P, L, W, L0, float("inf"))
+    stats = torch.empty(P, B * HV, 3, V, dtype=torch.float32, device=g.device)
+    _, pub, flags, ok = split_buffers(P, B, HV, K, V, BV, g.device, warm=False)
+    last_outcome = ok
+    return Split(P, L, W, stats, pub, pub, flags, ok, L0, trusted)
+
+
+def split_buffers(P: int, N: int, HV: int, K: int, V: int, BV: int, device,
+                  warm: bool = True) -> tuple[torch.Tensor, ...]:
     """The segments' states and flags (walk_t_kernel's SPLIT): the warmed-up states and the published
-    final states [P, N x HV, K, V] fp32, the publication flags and the certificates' outcomes
-    [P, N x HV, V / BV] int32 (0 until set)."""
-    states = torch.empty(2, P, N * HV, K, V, dtype=torch.float32, device=device)
+    final states [P, N x HV, K, V] fp32 (one tensor for both without warm: the posterior check keeps
+    no warmed-up states), the publication flags and the certificates' outcomes [P, N x HV, V / BV]
+    int32 (0 until set)."""
+    states = torch.empty(2 if warm else 1, P, N * HV, K, V, dtype=torch.float32, device=device)
     flags = torch.zeros(2, P, N * HV, V // BV, dtype=torch.int32, device=device)
-    return states[0], states[1], flags[0], flags[1]
+    return states[0], states[-1], flags[0], flags[1]
 
 
 def plan(split_walk, warmup: int | None, NT: int, programs: int, sms: int, group: int,
@@ -325,10 +410,10 @@ def plan(split_walk, warmup: int | None, NT: int, programs: int, sms: int, group
 
 
 def certified(P: int, L: int, W: int, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-              h0: torch.Tensor | None, K: int, BT: int, BV: int, heads: torch.Tensor | None = None) -> tuple:
-    """walk_gluon_t's split argument (P, L, W, seg_err, seg_warm, seg_pub, seg_flags, seg_ok) for P
-    segments of L chunks warmed up over W (tensors as segment_errors' and split_buffers'; heads: only
-    those heads' bounds, segment_errors'). The
+              h0: torch.Tensor | None, K: int, BT: int, BV: int, heads: torch.Tensor | None = None) -> Split:
+    """walk_gluon_t's split argument (Split, the bounds' check) for P segments of L chunks warmed up
+    over W (tensors as segment_errors' and split_buffers'; heads: only those heads' bounds,
+    segment_errors'). The
     certificates' outcomes stay in last_outcome (diagnostics: tests, benchmarks). Its launches read
     only the inputs, so they may run beside the WY pass."""
     global last_outcome
@@ -336,4 +421,4 @@ def certified(P: int, L: int, W: int, v: torch.Tensor, g: torch.Tensor, beta: to
     err = segment_errors(v, g, beta, h0, BT, P, L, W, heads)
     warm, pub, flags, ok = split_buffers(P, B, HV, K, V, BV, v.device)
     last_outcome = ok
-    return P, L, W, err, warm, pub, flags, ok
+    return Split(P, L, W, err, warm, pub, flags, ok)

@@ -65,36 +65,26 @@ def _state_t(p_state, o_k, o_vs, V: gl.constexpr, live, MASKED: gl.constexpr):
 
 
 @gluon.jit
-def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                  seg_err, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T, P, L, W,
-                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-                  BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
-                  HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
-    """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
-    docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
-    [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
-    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,).
+def _fresh_program_id():
+    """gl.program_id(0), read again by an instruction the compiler cannot merge with the first reading
+    (wy.fresh_program_id's): what SPLIT 3 and 4 derive from it at the checkpoint and at the end is
+    not kept live through the walk."""
+    return gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
-    SPLIT (dense, no MASK_ROWS; gdn.ops.triton.split_walk): P segments of L chunks a sequence, grid
-    (P x V / BV x N x HV,), segment-major, in two launches. SPLIT = 1, the warm-up: segment p's
-    program (p >= 1) walks the W chunks before its segment (fewer where the sequence starts there:
-    then from h0, exactly) from a zero state, without outputs, and stores that state at seg_warm
-    [P, N x HV, K, V] fp32 and its certificate's outcome at seg_ok [P, N x HV, V / BV] int32: 2 exact
-    (from the sequence's start), 1 certified (seg_err [P, N x HV], a bound on how far the true state
-    can be from it, column by column, is at most 2^-30 of every column's largest entry), 0 not.
-    SPLIT = 2, the segments: each walks its L chunks with outputs, from h0 (p = 0), its warmed-up
-    state (seg_ok > 0), or else segment p - 1's final state, waited for (seg_pub, same shape as
-    seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht. The
-    warm-up forms neither q S nor o. With WAIT (beside the WY pass, its FEED order) each launch waits
-    on the counts from its first chunk's group: every c_first on a group's boundary. CHOSEN (with
-    SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose seg_heads [N x HV]
-    int32 is nonzero are walked here, the others' programs return at once (walk_gluon's SKIP walks
-    them in order)."""
-    KS: gl.constexpr = STAGES + 1
-    OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
-    pid = gl.program_id(0)
+
+@gluon.jit
+def _segment_rows(pid, cu_seqlens, seq_order, T, P, L, W, L0, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr,
+                  V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr,
+                  LONGEST_FIRST: gl.constexpr, SPLIT: gl.constexpr):
+    """Program pid's walk (walk_t_kernel's grid): program_rows' of its (sequence, value head, columns),
+    with SPLIT its segment i_p's chunks as a sequence of their own (the rings, the decays and o's rows
+    all count from row_base): the warm-up's (SPLIT 1), the segment's (SPLIT 2), or both (SPLIT 3:
+    segment 0 the first L0 chunks, segment p >= 1 the L from L0 + (p - 1) L, after its W warm-up
+    chunks). Returns i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT (this walk's), NT_all (the sequence's:
+    the WY pass's counts), col_qk, col_v, col_tp, c_first (the sequence's first chunk walked here),
+    c_own (SPLIT 3: the first with outputs, from c_first), c_ck (SPLIT 3: the checkpoint, where the
+    next segment's warm-up starts, from c_first), n_hv (N x HV), i_seg (in seg_ok and seg_flags) and
+    i_seg_state (in seg_warm and seg_pub)."""
     i_p = 0
     if SPLIT:
         n_rest = gl.num_programs(0) // P
@@ -102,87 +92,86 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         pid = pid % n_rest
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         pid, cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
-    if CHOSEN:
-        if gl.load(seg_heads + i_nh) == 0:
-            return
-    c_first = 0                        # the sequence's first chunk walked here
-    NT_all = NT                        # the sequence's chunks (the WY pass's counts)
+    NT_all = NT
+    c_first = 0
+    c_own = 0
+    c_ck = 0
+    n_hv = 0
+    i_seg = 0
+    i_seg_state = gl.zeros([], gl.int64)
     if SPLIT:
-        # This launch's chunks of the segment as a sequence of their own (the rings, the decays and
-        # o's rows all count from row_base): the warm-up's (SPLIT 1), or the segment's.
         if SPLIT == 1:
             c_first = gl.maximum(i_p * L - W, 0)
             c_end = i_p * L
-        else:
+        elif SPLIT == 2:
             c_first = i_p * L
             c_end = gl.minimum(c_first + L, NT)
+        else:
+            c_own = gl.minimum(i_p, 1) * W
+            c_first = gl.minimum(i_p, 1) * (L0 + (i_p - 1) * L) - c_own
+            c_end = gl.minimum(L0 + i_p * L, NT)
+            c_ck = gl.minimum(L0 + i_p * L - W, NT) - c_first
         row_base = row_base + c_first * BT
         T = gl.minimum(T, c_end * BT) - c_first * BT
         NT = c_end - c_first
         n_hv = gl.num_programs(0) // P // (V // BV)
-        i_seg = (i_p * n_hv + i_nh) * (V // BV) + i_v                # in seg_ok and seg_flags
-        i_seg_state = (i_p * n_hv + i_nh).to(gl.int64) * K * V        # in seg_warm and seg_pub
-        if SPLIT == 1:
-            if i_p == 0:
-                return                     # segment 0 starts from h0 without a warm-up
+        i_seg = (i_p * n_hv + i_nh) * (V // BV) + i_v
+        i_seg_state = (i_p * n_hv + i_nh).to(gl.int64) * K * V
+    return (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv,
+            i_seg, i_seg_state)
 
-    # [BV, K] tiles (S^T) and [BV, BT] tiles ((k S)^T, (q S)^T, Z^T, U^T, o^T) in the accumulator's
-    # layouts; the left operands of products over BT (a_t) and over K (a_s) in the same registers.
-    acc_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                     instr_shape=[16, K, 16])
-    acc_t: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                     instr_shape=[16, BT, 16])
-    a_t: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_t, k_width=2)
-    a_s: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2)
-    col_l: gl.constexpr = gl.SliceLayout(1, acc_t)      # [BV]: one entry a value column (a row here)
-    tok_l: gl.constexpr = gl.SliceLayout(0, acc_t)      # [BT]: one entry a token of the chunk
-    scol_l: gl.constexpr = gl.SliceLayout(1, acc_s)
-    key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
-    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # 16-byte row pieces
 
-    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
-    o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
+@gluon.jit
+def _column_norms(b_S, b_sig):
+    """Each column's 2-norm [BV] of the state sigma S^T [BV, K] (its scales b_sig [BV])."""
+    b_x = b_S * (1.0 / b_sig)[:, None]
+    return gl.sqrt(gl.sum(b_x * b_x, 1))
 
-    # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
-    o_k = gl.arange(0, K, layout=key_l)
+
+@gluon.jit
+def _checkpoint(seg_bound, b_S, b_sig, live, cu_seqlens, seq_order, T, P, L, W, L0, H: gl.constexpr, HV: gl.constexpr,
+                K: gl.constexpr, V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, IS_VARLEN: gl.constexpr,
+                LONGEST_FIRST: gl.constexpr, scol_l: gl.constexpr):
+    """SPLIT 3 and 4's checkpoint: where live, the state's column norms into the program's seg_bound
+    [P, N x HV, 3, V] row 0 (its place read again: nothing of it kept through the walk)."""
+    (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv,
+     i_seg, i_seg_state) = _segment_rows(_fresh_program_id(), cu_seqlens, seq_order, T, P, L, W, L0, H, HV, K, V,
+                                         BT, BV, IS_VARLEN, LONGEST_FIRST, 3)
     o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
-    i_state = i_nh.to(gl.int64) * K * V
-    if HAS_H0 and SPLIT != 2:
-        # (SPLIT 1: a warm-up from the sequence's start starts from h0, the others from zeros.)
-        b_S, b_sig = _state_t(h0 + i_state, o_k, o_vs, V, c_first == 0, SPLIT == 1)
-    else:
-        b_S = gl.zeros([BV, K], gl.float32, acc_s)
-        b_sig = gl.full([BV], 1.0, gl.float32, scol_l)
-    o_t = gl.arange(0, BT, layout=tok_l)
-    b_zero = gl.zeros([BV, BT], gl.float32, acc_t)
+    gl.store(seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V) + o_vs, _column_norms(b_S, b_sig),
+             mask=(o_vs >= 0) & live)
 
-    p_count = first_fills(done, i_n, i_hv, NT, c_first // GROUP, gl.cdiv(NT_all, GROUP), row_base, d_q, d_k, d_v,
-                          d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H,
-                          HV, BT, STAGES, KS, WAIT, GROUP)
-    if SPLIT == 2:
-        # (After the rings' first fills, which need no state.) Segment 0 from h0, the others from their
-        # warm-up's state if certified (or exact), else from the segment before's final state once it
-        # is published.
-        if HAS_H0:
-            p_start = h0 + i_state
-            live = i_p >= 0
-        else:
-            p_start = seg_warm                 # (not read: segment 0 starts from zeros)
-            live = i_p > 0
-        if i_p > 0:
-            if gl.load(seg_ok + i_seg) > 0:
-                p_start = seg_warm + i_seg_state
-            else:                              # segment i_p - 1's, one segment's entries back
-                wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
-                p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
-        b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
-    for c in range(0, NT):
+
+@gluon.jit
+def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum, p_count, Gc, i_hv, o_t,
+            b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, o_s,
+            k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
+            STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr,
+            MASK_ROWS: gl.constexpr, OUT: gl.constexpr, acc_t: gl.constexpr, a_t: gl.constexpr,
+            a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
+            c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
+            K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
+            LONGEST_FIRST: gl.constexpr = False):
+    """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
+    sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
+    b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
+    walk_t_kernel's: every kind's tiles of chunks c_lo .. c_lo + STAGES - 1 issued before (k's of
+    c_lo + STAGES by next_k at c_lo's start); each chunk issues its kinds' tiles STAGES chunks on, up
+    to NT. OUT: q S and o formed (o^T through o_s, by TMA at row_base + c BT). Returns the state, its
+    scales, chunk c_hi's decays and b_Gsum plus these chunks' log-decays. CHECKPOINT (SPLIT 3 and 4):
+    before chunk c_ck, where ck_live, the state's column norms (_checkpoint; the rest of the
+    arguments are its)."""
+    for c in range(c_lo, c_hi):
+        if CHECKPOINT:
+            if c == c_ck:
+                _checkpoint(seg_bound, b_S, b_sig, ck_live, cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV, K, V,
+                            BT, BV, IS_VARLEN, LONGEST_FIRST, scol_l)
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
         sk = c % KS
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
+        b_Gsum += b_G_last
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
@@ -257,6 +246,162 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
         b_sig = gl.convert_layout(b_sig_next, scol_l)
+    return b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum
+
+
+@gluon.jit
+def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+                  seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0,
+                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                  BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
+                  HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
+                  LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
+    """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
+    docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
+    [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
+    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,).
+
+    SPLIT (dense, no MASK_ROWS; gdn.ops.triton.split_walk): P segments a sequence, grid
+    (P x V / BV x N x HV,), segment-major, in two launches. SPLIT = 1 and 2, the bounds' check (L
+    chunks a segment). SPLIT = 1, the warm-up: segment p's
+    program (p >= 1) walks the W chunks before its segment (fewer where the sequence starts there:
+    then from h0, exactly) from a zero state, without outputs, and stores that state at seg_warm
+    [P, N x HV, K, V] fp32 and its certificate's outcome at seg_ok [P, N x HV, V / BV] int32: 2 exact
+    (from the sequence's start), 1 certified (seg_bound [P, N x HV], a bound on how far the true state
+    can be from it, column by column, is at most 2^-30 of every column's largest entry), 0 not.
+    SPLIT = 2, the segments: each walks its L chunks with outputs, from h0 (p = 0), its warmed-up
+    state (seg_ok > 0), or else segment p - 1's final state, waited for (seg_pub, same shape as
+    seg_warm, published with a release on seg_flags, like seg_ok's); the last segment stores ht. The
+    warm-up forms neither q S nor o. With WAIT (beside the WY pass, its FEED order) each launch waits
+    on the counts from its first chunk's group: every c_first on a group's boundary.
+    SPLIT = 3 and 4, the posterior check (after the WY pass; segment 0 the first L0 chunks, segment
+    p >= 1 the L from L0 + (p - 1) L). SPLIT = 3, the walk: segment p >= 1's program walks its
+    warm-up from a zero state, then its segment with outputs; segment 0 its chunks from h0.
+    seg_bound [P, N x HV, 3, V] fp32 gets each program's start (row 1: each column's largest entry
+    after the warm-up; row 2: 4 e^(G_win), G_win the warm-up's summed log-decay) and its state's
+    column 2-norms at the checkpoint, where segment p + 1's warm-up starts (row 0); seg_pub every
+    segment's final state. SPLIT = 4, the check: program p >= 1 waits for segment p - 1's flag and
+    checks its warm-up against p - 1's checkpoint (the SPLIT 4 block below); where that fails, or
+    seg_heads leaves the head 0 (a beta outside [0, 2] in a warm-up), it walks its segment again
+    from p - 1's final state (and stores its checkpoint and final state again). Then it stores its
+    outcome at seg_ok (2 exact, 1 certified, 0 walked again) and its flag (its checkpoint and final
+    state are then exact); the last segment stores ht. A program waits only for the one before
+    (earlier in the grid).
+    CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
+    seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
+    (walk_gluon's SKIP walks them in order)."""
+    KS: gl.constexpr = STAGES + 1
+    OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
+    (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
+     i_seg_state) = _segment_rows(gl.program_id(0), cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV, K, V, BT, BV,
+                                  IS_VARLEN, LONGEST_FIRST, SPLIT)
+    if CHOSEN:
+        if gl.load(seg_heads + i_nh) == 0:
+            return
+    if SPLIT == 1:
+        if i_p == 0:
+            return                     # segment 0 starts from h0 without a warm-up
+
+    # [BV, K] tiles (S^T) and [BV, BT] tiles ((k S)^T, (q S)^T, Z^T, U^T, o^T) in the accumulator's
+    # layouts; the left operands of products over BT (a_t) and over K (a_s) in the same registers.
+    acc_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, K, 16])
+    acc_t: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                     instr_shape=[16, BT, 16])
+    a_t: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_t, k_width=2)
+    a_s: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2)
+    col_l: gl.constexpr = gl.SliceLayout(1, acc_t)      # [BV]: one entry a value column (a row here)
+    tok_l: gl.constexpr = gl.SliceLayout(0, acc_t)      # [BT]: one entry a token of the chunk
+    scol_l: gl.constexpr = gl.SliceLayout(1, acc_s)
+    key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
+    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # 16-byte row pieces
+
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
+    o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
+
+    # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
+    o_k = gl.arange(0, K, layout=key_l)
+    o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
+    i_state = i_nh.to(gl.int64) * K * V
+    redo = c_first < 0                 # (SPLIT 4: whether the segment is walked again)
+    if SPLIT == 4:
+        # The posterior check of segment p >= 1's warm-up, once segment p - 1 is final (its flag): what
+        # the true state before the warm-up adds at the segment's start is, column j, at most
+        # e^(G_win) |S*_j| (S* that state, whose column norms segment p - 1 stored at its checkpoint),
+        # which must be at most 2^-30 of the column's largest entry there (with a margin of 4 for
+        # those norms' rounding and the fp16 keys' norms: split_walk's module docstring), with every
+        # beta of the warm-ups in [0, 2] (seg_heads). Else the segment is walked again from segment
+        # p - 1's final state; its warm-up is not, and nothing is where the check holds.
+        if c_first > 0:
+            wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
+            p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
+            b_e = gl.load(p_stats + 2 * V + o_vs) * gl.load(p_stats - 3 * V + o_vs)
+            fails = gl.sum((~(b_e <= gl.load(p_stats + V + o_vs) * 9.313225746154785e-10)).to(gl.int32), 0)
+            redo = (fails > 0) | (gl.load(seg_heads + i_nh) == 0)
+        row_base = row_base + c_own * BT
+        T = T - c_own * BT
+        NT = gl.where(redo, NT - c_own, 0)
+        c_ck = gl.where(redo, c_ck - c_own, 0)
+        c_own = 0
+        b_S, b_sig = _state_t(seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V), o_k, o_vs, V, redo, True)
+    elif HAS_H0 and SPLIT != 2:
+        # (SPLIT 1 and 3: a warm-up from the sequence's start starts from h0, the others from zeros.)
+        b_S, b_sig = _state_t(h0 + i_state, o_k, o_vs, V, c_first == 0, SPLIT % 2 == 1)
+    else:
+        b_S = gl.zeros([BV, K], gl.float32, acc_s)
+        b_sig = gl.full([BV], 1.0, gl.float32, scol_l)
+    o_t = gl.arange(0, BT, layout=tok_l)
+    b_zero = gl.zeros([BV, BT], gl.float32, acc_t)
+
+    p_count = first_fills(done, i_n, i_hv, NT, c_first // GROUP, gl.cdiv(NT_all, GROUP), row_base, d_q, d_k, d_v,
+                          d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H,
+                          HV, BT, STAGES, KS, WAIT, GROUP)
+    if SPLIT == 2:
+        # (After the rings' first fills, which need no state.) Segment 0 from h0, the others from their
+        # warm-up's state if certified (or exact), else from the segment before's final state once it
+        # is published.
+        if HAS_H0:
+            p_start = h0 + i_state
+            live = i_p >= 0
+        else:
+            p_start = seg_warm                 # (not read: segment 0 starts from zeros)
+            live = i_p > 0
+        if i_p > 0:
+            if gl.load(seg_ok + i_seg) > 0:
+                p_start = seg_warm + i_seg_state
+            else:                              # segment i_p - 1's, one segment's entries back
+                wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
+                p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
+        b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
+    b_Gsum0 = gl.zeros([], gl.float32)                # _chunks' running sum of log-decays starts at 0
+    if SPLIT >= 3:
+        if SPLIT == 3:
+            # The warm-up (no outputs), then the segment's start for the check (each column's largest
+            # entry, and 4 e^(G_win)), stored: nothing of it held through the walk.
+            b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gwin = _chunks(
+                0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
+                p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
+                t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
+                False, acc_t, a_t, a_s, col_l, scol_l)
+            p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
+            gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
+            gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
+        # The segment, with its column norms at the checkpoint (for the next segment's check; the last
+        # segment's are never read).
+        b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
+            c_own, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
+            p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
+            t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
+            True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST)
+    else:
+        b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
+            0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
+            p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
+            t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
+            OUT, acc_t, a_t, a_s, col_l, scol_l)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -268,37 +413,59 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             gl.store(p_o, b_out, mask=(r_o < T)[:, None])
     _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES, KS)
     b_S = b_S * (1.0 / b_sig)[:, None]
+    if SPLIT >= 3:
+        # The program's place read again (nothing of it kept through the walk). SPLIT 4 walked chunks
+        # only where it walks the segment again (every segment has some).
+        redo = NT > 0
+        (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv,
+         i_seg, i_seg_state) = _segment_rows(_fresh_program_id(), cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV,
+                                             K, V, BT, BV, IS_VARLEN, LONGEST_FIRST, SPLIT)
+        o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
+        i_state = i_nh.to(gl.int64) * K * V
     o_state = o_k[None, :] * V + o_vs[:, None]
+    if SPLIT == 3:
+        gl.store(seg_pub + i_seg_state + o_state, b_S)        # every segment's, for the check (SPLIT 4)
+        return
     if SPLIT == 1:
         # The certificate: a column's largest entry is at most its 2-norm, so this is stricter than
         # 2^-30 of the norm; a NaN or infinite bound fails it.
-        b_err = gl.load(seg_err + i_p * n_hv + i_nh)
+        b_err = gl.load(seg_bound + i_p * n_hv + i_nh)
         certified = b_err <= gl.min(_row_max(b_S), 0) * 9.313225746154785e-10           # 2^-30
         gl.store(seg_warm + i_seg_state + o_state, b_S)
         gl.store(seg_ok + i_seg, gl.where(c_first == 0, 2, certified.to(gl.int32)))
-    elif SPLIT == 2:
+    elif SPLIT >= 2:
+        if SPLIT == 4:
+            if redo:
+                gl.store(seg_pub + i_seg_state + o_state, b_S)
+            gl.store(seg_ok + i_seg, gl.where(c_first == 0, 2, gl.where(redo, 0, 1)))
         if i_p < P - 1:
-            # The segment's final state for the next one, then its flag: every thread's stores, then
-            # a release at GPU scope (bar.sync first: wy_kernel's SIGNAL pattern).
-            gl.store(seg_pub + i_seg_state + o_state, b_S)
+            # The segment's final state for the next one (SPLIT 4: and its checkpoint, if walked
+            # again), then its flag: every thread's stores, then a release at GPU scope (bar.sync
+            # first: wy_kernel's SIGNAL pattern).
+            if SPLIT == 2:
+                gl.store(seg_pub + i_seg_state + o_state, b_S)
             gl.thread_barrier()
             gl.atomic_add(seg_flags + i_seg, 1, sem="release")
         elif STORE_FINAL:
+            if SPLIT == 4:
+                if redo == 0:
+                    b_S = gl.load(seg_pub + i_seg_state + o_state)
             gl.store(ht + i_state + o_state, b_S)
     elif STORE_FINAL:
         gl.store(ht + i_state + o_state, b_S)
 
-
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
                  done=None, group=1, split=None, split_heads=None, descs=None):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
-    no register cap: two programs an SM at one stage). split: None, or (P, L, W, seg_err, seg_warm,
-    seg_pub, seg_flags, seg_ok) for the certified split (walk_t_kernel's SPLIT: its warm-up, then its
-    segments; gdn.ops.triton.split_walk), on dense sequences whose chunks read no other sequence's
-    rows: after the WY pass, or beside it with done (the WY pass's FEED order); split_heads [N x HV]
-    int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here). The launcher
-    (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
+    no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
+    certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
+    (Split.L0 = 0: its warm-up, then its segments, SPLIT 1 and 2) after the WY pass, or beside it with
+    done (the WY pass's FEED order); the posterior check (L0 > 0: the walk, then the check, SPLIT 3
+    and 4) after it.
+    split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
+    the posterior check they stand for Split.trusted too); descs: walk_gluon's
+    shared_descriptors of these tensors, or None (made here). The launcher (gdn.ops.triton.forward)
+    checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
@@ -311,10 +478,20 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
                          "sequence's rows (B = 1 or T a multiple of the chunk)")
     if split_heads is not None and split is None:
         raise ValueError("split_heads (the heads the split walks) needs split")
-    P, L, W, *segs = (1, 0, 0, o, o, o, o, o) if split is None else split
+    posterior = split is not None and split.L0 > 0
+    if posterior and (done is not None or split.trusted is None):
+        raise ValueError("the posterior check (Split.L0 > 0) runs after the WY pass (no done) and needs "
+                         "Split.trusted")
+    if split is None:
+        P, L, W, L0, segs, phases = 1, 0, 0, 0, (o,) * 5, (0,)
+    else:
+        P, L, W, L0 = split.P, split.L, split.W, split.L0
+        segs = (split.bound, split.warm, split.pub, split.flags, split.ok)
+        phases = (3, 4) if posterior else (1, 2)
+    heads = split_heads if split_heads is not None else split.trusted if posterior else o
     d_o = _rows(o, [BT, BV])
-    for phase in (0,) if split is None else (1, 2):
+    for phase in phases:
         walk_t_kernel[(P * (V // BV) * N * HV,)](
-            *args[:5], d_o, *args[5:], o if done is None else done, *segs, o if split_heads is None else split_heads,
-            scale, T, P, L, W, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
-            SPLIT=phase, CHOSEN=split_heads is not None, **flags, num_warps=4)
+            *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
+            scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, **flags, num_warps=4)

@@ -156,18 +156,23 @@ def test_feed_chunk_is_feed_order(NT, L, W):
     assert out.cpu().tolist() == split_walk.feed_order(NT, P, L, W)
 
 
-def _forgetting_reference(g, P, L, W):
-    """forgetting_heads in Python: a head is chosen where every later segment's warm-up starts at the
-    sequence's start or sums its log-decays (float64) to at most FORGET_LOG2 ln 2."""
+def _forgetting_reference(g, beta, P, L, W, L0=None, forget_log2=split_walk.FORGET_LOG2):
+    """forgetting_heads in Python: a head is chosen where every later segment's warm-up (before
+    s_p = L0 + (p - 1) L) starts at the sequence's start, or sums its log-decays (float64) to at most
+    forget_log2 ln 2 with every beta in [0, 2]."""
     import math
     B, _, HV = g.shape
+    L0 = L if L0 is None else L0
     chosen = torch.ones(B * HV, dtype=torch.int32)
     for n in range(B):
         for h in range(HV):
             for p in range(1, P):
-                first = max(p * L - W, 0)
-                window = g[n, first * BT:p * L * BT, h].double().sum().item()
-                if first > 0 and window > split_walk.FORGET_LOG2 * math.log(2):
+                s = L0 + (p - 1) * L
+                first = max(s - W, 0)
+                window = g[n, first * BT:s * BT, h].double().sum().item()
+                b = beta[n, first * BT:s * BT, h]
+                in_range = bool(((b >= 0) & (b <= 2)).all())
+                if first > 0 and not (window <= forget_log2 * math.log(2) and in_range):
                     chosen[n * HV + h] = 0
     return chosen
 
@@ -175,20 +180,47 @@ def _forgetting_reference(g, P, L, W):
 def test_forgetting_heads_choose_the_heads_that_forget():
     """forgetting_heads against its reference: per (sequence, head), at the threshold's two sides
     (a warm-up of 16 tokens: g = -2 sums to -32, below -44 ln 2 = -30.5; g = -1.9 to -30.4, above
-    it), long memory (g = 0), one warm-up that does not forget among several that do, and warm-ups
-    that reach the sequence's start (exact, whatever the gates)."""
+    it), long memory (g = 0), one warm-up that does not forget among several that do, a beta past 2
+    in one warm-up (outside it: no matter), and warm-ups that reach the sequence's start (exact,
+    whatever the gates); the posterior check's layout (segment 0 longer: L0) and its betas-only
+    test (forget_log2 = inf)."""
     P, L, W = 4, 4, 2
     T = P * L * BT
-    g = torch.full((2, T, 5), -2.0)
+    g = torch.full((2, T, 6), -2.0)
     g[:, :, 1] = -1.9
     g[:, :, 2] = 0.0
     g[1, 2 * L * BT - 1, 3] = 10.0              # the second warm-up of sequence 1, head 3 no longer forgets
     g[:, :, 4] = -0.5 + 0.4 * torch.randn(2, T)
-    heads = split_walk.forgetting_heads(g.to(DEVICE), BT, P, L, W).cpu()
-    assert heads.tolist() == _forgetting_reference(g, P, L, W).tolist()
-    assert heads.view(2, 5)[:, :3].tolist() == [[1, 0, 0], [1, 0, 0]] and heads.view(2, 5)[:, 3].tolist() == [1, 0]
+    beta = torch.rand(2, T, 6) * 2
+    beta[0, 3 * L * BT - 3, 5] = 2.5             # in segment 3's warm-up
+    beta[1, 3 * L * BT - 3 * BT, 5] = -0.5       # before it: read by no warm-up
+    heads = split_walk.forgetting_heads(g.to(DEVICE), beta.to(DEVICE), BT, P, L, W).cpu()
+    assert heads.tolist() == _forgetting_reference(g, beta, P, L, W).tolist()
+    assert heads.view(2, 6)[:, :3].tolist() == [[1, 0, 0], [1, 0, 0]] and heads.view(2, 6)[:, 3].tolist() == [1, 0]
+    assert heads.view(2, 6)[:, 5].tolist() == [0, 1]
+    for L0, forget in ((6, split_walk.FORGET_LOG2), (5, float("inf"))):
+        heads = split_walk.forgetting_heads(g.to(DEVICE), beta.to(DEVICE), BT, 3, L, W, L0, forget).cpu()
+        assert heads.tolist() == _forgetting_reference(g, beta, 3, L, W, L0, forget).tolist()
+    betas_only = split_walk.forgetting_heads(g.to(DEVICE), beta.to(DEVICE), BT, 3, L, W, 5, float("inf"))
+    assert betas_only.view(2, 6)[:, :5].all()
     # Warm-ups longer than the segments before them start at the sequence's start: every head chosen.
-    assert split_walk.forgetting_heads(torch.zeros(1, 3 * BT, 2, device=DEVICE), BT, 3, 1, 4).cpu().tolist() == [1, 1]
+    zeros = torch.zeros(1, 3 * BT, 2, device=DEVICE)
+    assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
+
+
+def test_posterior_segments():
+    """The posterior check's segments: at most P, segment 0 longer than the others by about
+    POSTERIOR_LEAD warm-ups, every chunk in one segment, each at least a warm-up long; fewer where
+    P do not fit, none where two do not."""
+    assert split_walk.posterior_segments(512, 4) == (4, 140, 124)            # B1 x T32k: 140 + 3 x 124
+    assert split_walk.posterior_segments(2048, 4) == (4, 524, 508)
+    for NT, P, W in [(512, 4, 24), (33, 4, 4), (100, 8, 12), (70, 2, 24), (30, 5, 3), (60, 8, 12)]:
+        P_s, L0, L = split_walk.posterior_segments(NT, P, W)
+        lead = round(split_walk.POSTERIOR_LEAD * W)
+        assert 1 < P_s <= P and L0 + (P_s - 1) * L == NT and L >= W and L0 >= W
+        assert lead - P_s < L0 - L <= lead
+    assert split_walk.posterior_segments(60, 8, 12)[0] == 4              # 8 segments would be shorter than W
+    assert split_walk.posterior_segments(40, 4, 24) == (1, 40, 40)
 
 
 def _record_walks(monkeypatch, T, **kw):
@@ -217,19 +249,29 @@ def _record_walks(monkeypatch, T, **kw):
 
 def test_automatic_split_routing(monkeypatch):
     """The defaults at B = 1 from AUTO_MIN_CHUNKS chunks on: the WY pass with its counts, the heads'
-    choice, the ordered walk beside it skipping the chosen heads, the bounds, and the split's two
-    launches for the chosen heads only (the bounds after the ordered walk, whose programs they would
-    crowd out); shorter sequences and split_walk=False keep the ordered walk alone, "auto" splits
+    choice, the ordered walk beside it skipping the chosen heads, and the split's two launches for
+    the chosen heads only: the walk, then the posterior check (SPLIT 3, 4). With split_check="bounds"
+    the bounds' two kernels come after the ordered walk (whose programs they would crowd out), then
+    the warm-ups and the segments (SPLIT 1, 2). The forced split (every head) takes the posterior
+    check too. Shorter sequences and split_walk=False keep the ordered walk alone, "auto" splits
     them too."""
     T = split_walk.AUTO_MIN_CHUNKS * 64
     names = lambda seen: [name for name, _ in seen]
     seen = _record_walks(monkeypatch, T)
-    assert names(seen) == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "_chunk_growth_kernel",
-                           "_segment_bounds_kernel", "walk_t_kernel", "walk_t_kernel"]
+    assert names(seen) == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel", "walk_t_kernel"]
     kws = dict(seen)
     assert kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] and kws["walk_gluon_kernel"]["WAIT"]
-    assert [kw["SPLIT"] for name, kw in seen if name == "walk_t_kernel"] == [1, 2]
+    assert [kw["SPLIT"] for name, kw in seen if name == "walk_t_kernel"] == [3, 4]
     assert all(kw["CHOSEN"] and not kw["WAIT"] for name, kw in seen if name == "walk_t_kernel")
+    bounds = _record_walks(monkeypatch, T, split_check="bounds")
+    assert names(bounds) == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "_chunk_growth_kernel",
+                             "_segment_bounds_kernel", "walk_t_kernel", "walk_t_kernel"]
+    assert [kw["SPLIT"] for name, kw in bounds if name == "walk_t_kernel"] == [1, 2]
+    assert all(kw["CHOSEN"] and not kw["WAIT"] for name, kw in bounds if name == "walk_t_kernel")
+    forced = _record_walks(monkeypatch, T, split_walk=True, walk="gluon_t", block_v=64, walk_stages=1)
+    assert names(forced) == ["wy_kernel", "_forgetting_kernel", "walk_t_kernel", "walk_t_kernel"]
+    assert [kw["SPLIT"] for name, kw in forced if name == "walk_t_kernel"] == [3, 4]
+    assert not any(kw["CHOSEN"] for name, kw in forced if name == "walk_t_kernel")
     for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False),
                     _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
         assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
@@ -267,15 +309,22 @@ def test_split_walk_refusals(monkeypatch):
     for bad in (None, True, -1.5):
         with pytest.raises(ValueError, match="bounds_priority must be an int"):
             call(bounds_priority=bad, **gluon_t)
+    with pytest.raises(ValueError, match="split_check must be None, 'bounds' or 'posterior', got 'prior'"):
+        call(split_check="prior", **gluon_t)
+    with pytest.raises(ValueError, match="split_beside=True takes split_check='bounds'"):
+        call(split_walk=2, split_beside=True, split_check="posterior", **gluon_t)
 
 
-def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, **kw):
+def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, big_beta=None, **kw):
     """The split walk against the float64 reference and the Triton walk (4 value heads; the first
-    long_heads with g = 0): the fp16 walk's comparisons' inputs, and the certificates' outcomes."""
+    long_heads with g = 0; big_beta (token, head): that beta 2.5): the fp16 walk's comparisons'
+    inputs, and the certificates' outcomes."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, V, dtype=torch.bfloat16, gate=gate, initial_state=h0,
                                          seed=seed, device="cuda")
     g[:, :, :long_heads] = 0.0
+    if big_beta is not None:
+        beta[:, big_beta[0], big_beta[1]] = 2.5
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
@@ -296,7 +345,7 @@ def test_split_walk_certified(B, T, V, h0, beside):
     from zeros; B = 2 has two sequences' segments. After the WY pass and beside it (split_beside: the
     segments' chunks formed in the feed order, the walk waiting on their counts)."""
     results, ok = _split_call("normal", T, seed=T + V, B=B, V=V, h0=h0, split_walk=4, split_warmup=4,
-                              split_beside=beside)
+                              split_beside=beside, split_check="bounds")
     assert_fp16_walk_close(*results)
     assert ok.shape == (4, B * 4, V // 64) and (ok[1:] == 1).all() and (ok[0] == 0).all()
 
@@ -306,18 +355,52 @@ def test_split_walk_hands_over():
     """Long memory (g = 0): no warm-up certifies (seg_ok 0), each segment waits for the one before's
     final state, and the result is still the reference's; heads of both kinds in one launch; and a
     warm-up that reaches the sequence's start starts from h0 (seg_ok 2)."""
-    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2)
+    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2, split_check="bounds")
     assert_fp16_walk_close(*results)
     assert (ok[1:] == 0).all()
-    results, ok = _split_call("normal", 2048, seed=7, long_heads=2, split_walk=4, split_warmup=4)
+    results, ok = _split_call("normal", 2048, seed=7, long_heads=2, split_walk=4, split_warmup=4, split_check="bounds")
     assert_fp16_walk_close(*results)
     assert (ok[1:, :2] == 0).all() and (ok[1:, 2:] == 1).all()
-    results, ok = _split_call("zero", 1024, seed=6, split_walk=4, split_warmup=8)     # warm-ups of 8, segments of 4
+    results, ok = _split_call("zero", 1024, seed=6, split_walk=4, split_warmup=8,      # warm-ups of 8, segments of 4
+                              split_check="bounds")
     assert_fp16_walk_close(*results)
     assert (ok[1:3] == 2).all() and (ok[3] == 0).all()
     results, ok = _split_call("zero", 1024, seed=8, split_walk=4, split_warmup=2, split_beside=True)   # beside WY
     assert_fp16_walk_close(*results)
     assert (ok[1:] == 0).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("B, T, V, h0", [(1, 2048, 64, True), (1, 2085, 64, True), (1, 2048, 128, False),
+                                         (2, 2048, 64, True)])
+def test_posterior_split_certified(B, T, V, h0):
+    """The posterior check (split_check="posterior", SPLIT 3 then 4) with gates that forget within a
+    few chunks: every later segment's warm-up certified against the segment before's checkpoint
+    (seg_ok 1; segment 0 exact, 2), the reference's and the Triton walk's result, every output row
+    written (NaN-poisoned). The shapes of test_split_walk_certified (segments 8 + 3 x 8 chunks)."""
+    results, ok = _split_call("normal", T, seed=T + V + 1, B=B, V=V, h0=h0, split_walk=4, split_warmup=4,
+                              split_check="posterior")
+    assert_fp16_walk_close(*results)
+    assert ok.shape == (4, B * 4, V // 64) and (ok[1:] == 1).all() and (ok[0] == 2).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+def test_posterior_split_walks_again():
+    """Where the posterior check fails, the segment is walked again from the one before's final state
+    (seg_ok 0), in order, and the result is still the reference's: long memory (g = 0) on every
+    head; two long-memory heads beside two that forget; a beta of 2.5 in one warm-up (head 3: its
+    map may grow the state, so that head certifies nothing)."""
+    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2, split_check="posterior")
+    assert_fp16_walk_close(*results)
+    assert (ok[1:] == 0).all() and (ok[0] == 2).all()
+    results, ok = _split_call("normal", 2048, seed=7, long_heads=2, split_walk=4, split_warmup=4,
+                              split_check="posterior")
+    assert_fp16_walk_close(*results)
+    assert (ok[1:, :2] == 0).all() and (ok[1:, 2:] == 1).all()
+    results, ok = _split_call("normal", 2048, seed=9, big_beta=(13 * 64 + 5, 3), split_walk=4, split_warmup=4,
+                              split_check="posterior")              # segment 2's warm-up: chunks 12 .. 15
+    assert_fp16_walk_close(*results)
+    assert (ok[1:, 3] == 0).all() and (ok[1:, :3] == 1).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
@@ -340,14 +423,16 @@ def test_split_walk_beside_segments_from_the_sm_count(gate):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("check", ["bounds", "posterior"])
 @pytest.mark.parametrize("h0", [True, False])
-def test_automatic_split_on_mixed_heads(h0):
+def test_automatic_split_on_mixed_heads(h0, check):
     """The automatic split (split_walk="auto": at any length; the default's from AUTO_MIN_CHUNKS
     chunks on) at 256 chunks plus 37 tokens (a partial last chunk), 4 value heads of 128 x 128, the
     first two with long memory (g = 0): those walk in order beside the WY pass, the others in
     certified segments after it (5 segments of 52 chunks); the reference's result and the Triton
     walk's, every output row written (NaN-poisoned). operands="fp16": at 4 value heads the defaults
-    would take the segment maps' walk instead (at 32 heads, the bench's, fp16)."""
+    would take the segment maps' walk instead (at 32 heads, the bench's, fp16). With the posterior
+    check: segments of 65 + 4 x 48 chunks, segment 0 exact (seg_ok 2)."""
     from gdn.ops.triton import triton_forward
     T = 256 * 64 + 37
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
@@ -357,17 +442,20 @@ def test_automatic_split_on_mixed_heads(h0):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     split_walk.last_heads = None
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), operands="fp16", split_walk="auto",
-                          **call)
+                          split_check=check, **call)
     heads, ok = split_walk.last_heads, split_walk.last_outcome     # (the next call resets them)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     assert heads.tolist() == [0, 0, 1, 1]
     assert ok.shape == (5, 4, 2) and (ok[1:, 2:] == 1).all()
-    assert (ok[:, :2] == 0).all()                 # the long-memory heads' warm-ups returned at once (CHOSEN)
+    assert (ok[:, :2] == 0).all()                 # the long-memory heads' programs returned at once (CHOSEN)
+    if check == "posterior":
+        assert (ok[0, 2:] == 2).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-def test_split_walk_replays_from_a_cuda_graph():
+@pytest.mark.parametrize("check", ["bounds", "posterior"])
+def test_split_walk_replays_from_a_cuda_graph(check):
     """The split captured in a CUDA graph (its bounds then in order on the caller's stream, not on a
     side stream) and replayed on fresh inputs: bit for bit the eager call's outputs, every row written."""
     from gdn.ops.triton import triton_forward
@@ -378,7 +466,7 @@ def test_split_walk_replays_from_a_cuda_graph():
     static = [x.clone() for x in inputs]
     out = torch.empty_like(static[2])
     kw = dict(scale=64 ** -0.5, output_final_state=True, use_qk_l2norm=True, walk="gluon_t", block_v=64,
-              walk_stages=1, operands="fp16", split_walk=4, split_warmup=4, out=out)
+              walk_stages=1, operands="fp16", split_walk=4, split_warmup=4, split_check=check, out=out)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
