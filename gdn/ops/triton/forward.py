@@ -183,9 +183,11 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     beside the walk): the automatic split chooses per head instead. True takes
     segments from the SM count (split_walk.split_segments: all programs resident, each segment at
     least twice its warm-up), an int that many segments; ``split_warmup`` the chunks each segment
-    walks before its own (default split_walk.WARMUP_CHUNKS). Exact either way: a segment whose
-    warm-up does not certify waits for the one before. The certificates' bounds run on a side
-    stream beside the WY pass (in order under graph capture). ``split_beside`` (with
+    walks before its own (default split_walk.WARMUP_CHUNKS; at most POSTERIOR_MAX_WARMUP with the
+    posterior check). Exact either way: a segment whose warm-up does not certify is walked from the
+    segment before's final state (``split_check`` below). With split_check="bounds" the
+    certificates' bounds run on a side stream beside the WY pass (in order under graph capture).
+    ``split_beside`` (with
     overlap="flags", outside graph capture) runs the segments beside the WY pass instead, which
     forms the chunks in the order they need them (wy_kernel's FEED) while they wait on its counts;
     True segments then leave an SM free (split_walk.beside_segments: 2 at B1 x HV 32). On an H200
@@ -194,16 +196,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     ``split_check`` how a segment's warm-up is certified: "posterior" (the default, None, after the
     WY pass) after the segments' walk, against the column norms the segment before walked to where
     the warm-up starts, in a second launch that walks again, from the segment before's final state,
-    any segment that fails (walk_t_kernel's SPLIT 3 and 4: no pass over v, segment 0 longer by the
-    others' warm-ups, split_walk.posterior_segments); "bounds" (the default with split_beside)
+    any segment that fails (walk_t_kernel's SPLIT 3 and 4: no pass over v; segment 0, which has no
+    warm-up, longer by 0.75 of one, split_walk.posterior_segments); "bounds" (the default with split_beside)
     against a bound on the state formed from v, g and beta by two kernels beside the WY pass
     (split_walk.segment_errors), before the segment starts. On an H200 (NOTES.md v30) the posterior
     check took B1 x T128k with decaying gates from 3.50 to 3.29 ms: the WY pass no longer shares
     the GPU with the bounds' pass over v.
     ``bounds_priority`` (the automatic split, split_check="bounds"): the CUDA stream priority of the
     side stream that forms the certificates' bounds beside the WY pass (lower is higher; default -1,
-    above the caller's 0, below the ordered walk's -2). On an H200 (NOTES.md v30) 0 took 5-11% off the WY pass at B = 1
-    but made the walk wait as long for the bounds after it: no faster end to end.
+    above the caller's 0, below the ordered walk's -2). On an H200 (NOTES.md v30) 0 took 5-11% off
+    the WY pass at B = 1 but made the walk wait as long for the bounds after it: no faster end to end.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -496,6 +498,10 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         raise ValueError(f"split_check must be None, 'bounds' or 'posterior', got {split_check!r}")
     if split_beside and split_check == "posterior":
         raise ValueError("split_beside=True takes split_check='bounds' (the posterior check runs after the WY pass)")
+    if split_check == "posterior" and split_warmup is not None and _is_int(split_warmup, 1) \
+            and split_warmup > splits.POSTERIOR_MAX_WARMUP:
+        raise ValueError(f"split_warmup must be at most {splits.POSTERIOR_MAX_WARMUP} chunks with "
+                         f"split_check='posterior' (its margin), got {split_warmup}")
     if isinstance(bounds_priority, bool) or not isinstance(bounds_priority, numbers.Integral):
         raise ValueError(f"bounds_priority must be an int (a CUDA stream priority), got {bounds_priority!r}")
     if forced_split and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):

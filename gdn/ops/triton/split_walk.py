@@ -81,6 +81,10 @@ AUTO_MIN_CHUNKS = 512
 # ~2.3 us against ~3.05 us for a chunk with outputs (walk_t_kernel at two programs an SM, NOTES.md v29),
 # so segment 0's extra chunks take about the time of the others' warm-ups.
 POSTERIOR_LEAD = 0.75
+# The posterior check's margin of 4 covers the fp16 keys' norms over warm-ups up to this many chunks
+# (the module docstring: the window's map may exceed e^{G_win} by (1 + 2^-9)^(64 W) in the worst
+# case, ~20 at W = 24, ~150 at 40, where 2^-30 x 150 / 4 ~ 2^-24.8 is still below fp32's 2^-24).
+POSTERIOR_MAX_WARMUP = 40
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
 
@@ -200,9 +204,10 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
     nothing of the WY pass is read, so they may run beside it. Only the chunks before the last
     segment's start are read; they are all whole.
 
-    The keys' norms are 1 to fp16's rounding (the walk's normalised copies), so a token's map may
-    grow a column by up to ~2^-11 with beta near 2: over a warm-up of 1024 tokens at most ~1.7x,
-    inside the certificate's margin (the float64 study above: the bound ~1000x above the true gap)."""
+    The keys' norms are 1 to fp16's rounding (the walk's normalised copies: |k|^2 within ~2^-10 of
+    1), so with beta near 2 a token's map may grow a column by up to ~2^-9 if every rounding falls
+    the same way: over a warm-up of 24 chunks at most ~20x, inside the bound's own slack (the float64
+    study above: the bound ~1000x above the true gap)."""
     B, T, HV, V = v.shape
     n_chunks = (P - 1) * L                             # every chunk before the last segment's start
     err = torch.empty(P, B * HV, dtype=torch.float32, device=v.device)
@@ -352,6 +357,8 @@ def posterior_segments(NT: int, P: int, warmup: int = WARMUP_CHUNKS) -> tuple[in
     POSTERIOR_LEAD warm-ups (it has none, and every segment's check waits for the one before to end),
     the others L chunks, at least one warm-up long (a checkpoint lies in the segment before the
     warm-up it serves). Fewer segments where P do not fit; (1, NT, NT) where none does."""
+    if warmup < 1:
+        raise ValueError(f"posterior_segments needs a warm-up of at least one chunk, got {warmup}")
     lead = round(POSTERIOR_LEAD * warmup)
     while P > 1:
         L = cdiv(max(NT - lead, 0), P)
@@ -369,7 +376,11 @@ def posterior(P: int, L0: int, L: int, W: int, g: torch.Tensor, beta: torch.Tens
     with forget_log2 = inf; g, beta [B, T, HV] fp32 contiguous). Nothing is read of the WY pass or of
     v: no kernel beside it. The outcomes stay in last_outcome."""
     global last_outcome
-    B, _, HV = g.shape
+    B, T, HV = g.shape
+    if not (1 <= W <= POSTERIOR_MAX_WARMUP and P >= 2 and L >= W and L0 >= W and L0 + (P - 1) * L == cdiv(T, BT)):
+        raise ValueError(f"the posterior check needs 1 <= W <= {POSTERIOR_MAX_WARMUP} warm-up chunks, at least two "
+                         "segments, each at least W chunks long, covering the sequence's chunks "
+                         f"(posterior_segments'), got P={P}, L0={L0}, L={L}, W={W} for {cdiv(T, BT)} chunks")
     if trusted is None:
         trusted = forgetting_heads(g, beta, BT, P, L, W, L0, float("inf"))
     stats = torch.empty(P, B * HV, 3, V, dtype=torch.float32, device=g.device)

@@ -336,7 +336,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         if c_first > 0:
             wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
-            b_e = gl.load(p_stats + 2 * V + o_vs) * gl.load(p_stats - 3 * V + o_vs)
+            p_prev = p_stats - n_hv.to(gl.int64) * (3 * V)        # segment p - 1's, one segment's records back
+            b_e = gl.load(p_stats + 2 * V + o_vs) * gl.load(p_prev + o_vs)
             fails = gl.sum((~(b_e <= gl.load(p_stats + V + o_vs) * 9.313225746154785e-10)).to(gl.int32), 0)
             redo = (fails > 0) | (gl.load(seg_heads + i_nh) == 0)
         row_base = row_base + c_own * BT

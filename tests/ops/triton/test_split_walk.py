@@ -221,6 +221,20 @@ def test_posterior_segments():
         assert lead - P_s < L0 - L <= lead
     assert split_walk.posterior_segments(60, 8, 12)[0] == 4              # 8 segments would be shorter than W
     assert split_walk.posterior_segments(40, 4, 24) == (1, 40, 40)
+    with pytest.raises(ValueError, match="at least one chunk"):
+        split_walk.posterior_segments(100, 4, 0)
+
+
+def test_posterior_refuses_other_geometries():
+    """split_walk.posterior (what walk_gluon_t's SPLIT 3 and 4 trust): segments that do not tile the
+    sequence, a segment shorter than its warm-up, one segment, or a warm-up past the margin's
+    POSTERIOR_MAX_WARMUP: a ValueError before anything is allocated."""
+    g = beta = torch.zeros(1, 40 * BT, 2)
+    split_walk.posterior(4, 13, 9, 4, g, beta, 8, 8, BT, 8)                # 13 + 3 x 9 = 40 chunks
+    for P, L0, L, W in [(4, 13, 9, 0), (4, 12, 9, 4), (4, 13, 9, 10), (4, 4, 12, 5), (1, 40, 40, 4),
+                        (2, 45, 45, 41)]:
+        with pytest.raises(ValueError, match="the posterior check needs"):
+            split_walk.posterior(P, L0, L, W, g, beta, 8, 8, BT, 8)
 
 
 def _record_walks(monkeypatch, T, **kw):
@@ -313,18 +327,22 @@ def test_split_walk_refusals(monkeypatch):
         call(split_check="prior", **gluon_t)
     with pytest.raises(ValueError, match="split_beside=True takes split_check='bounds'"):
         call(split_walk=2, split_beside=True, split_check="posterior", **gluon_t)
+    with pytest.raises(ValueError, match="split_warmup must be at most 40 chunks with split_check='posterior'"):
+        call(split_walk=2, split_warmup=41, **gluon_t)
 
 
-def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, big_beta=None, **kw):
+def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, big_beta=None, edit=None, **kw):
     """The split walk against the float64 reference and the Triton walk (4 value heads; the first
-    long_heads with g = 0; big_beta (token, head): that beta 2.5): the fp16 walk's comparisons'
-    inputs, and the certificates' outcomes."""
+    long_heads with g = 0; big_beta (token, head): that beta 2.5; edit(v, g, beta, S0) changes the
+    inputs in place): the fp16 walk's comparisons' inputs, and the certificates' outcomes."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, V, dtype=torch.bfloat16, gate=gate, initial_state=h0,
                                          seed=seed, device="cuda")
     g[:, :, :long_heads] = 0.0
     if big_beta is not None:
         beta[:, big_beta[0], big_beta[1]] = 2.5
+    if edit is not None:
+        edit(v, g, beta, S0)
     call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
@@ -401,6 +419,26 @@ def test_posterior_split_walks_again():
                               split_check="posterior")              # segment 2's warm-up: chunks 12 .. 15
     assert_fp16_walk_close(*results)
     assert (ok[1:, 3] == 0).all() and (ok[1:, :3] == 1).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+def test_posterior_split_checks_each_head_against_its_own_segment():
+    """Heads of very different scales side by side: head 0's values are zero (its states, and so its
+    checkpoints' norms, are zero), head 1 has long memory (g = 0) and values of order 1, heads 2
+    and 3 forget. Each segment must be checked against its own head's previous segment: head 1's
+    then fail (walked again, seg_ok 0) and the result is the reference's. (A check that read a
+    neighbouring record would certify head 1 against head 0's zeros: an error of order one.) B = 2
+    puts the heads of two sequences side by side as well."""
+    def edit(v, g, beta, S0):
+        v[:, :, 0] = 0.0
+        g[:, :, 1] = 0.0
+        if S0 is not None:
+            S0[:, 0] = 0.0
+    results, ok = _split_call("normal", 2048, seed=13, B=2, edit=edit, split_walk=4, split_warmup=4,
+                              split_check="posterior")
+    assert_fp16_walk_close(*results)
+    ok = ok.view(4, 2, 4, -1)                      # [segments, sequences, heads, column blocks]
+    assert (ok[1:, :, 1] == 0).all() and (ok[1:, :, 2:] == 1).all() and (ok[0] == 2).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
