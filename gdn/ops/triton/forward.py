@@ -653,14 +653,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # the other's heads, and neither waits for the other (the segments start after the WY pass,
         # which the ordered walk alone waits on): the flags' argument holds as without the split.
         from .walk_gluon import shared_descriptors
-        with side_streams(q.device, 2, priorities=(-2, bounds_priority)) as (main, side, side2):
+        posterior = split_check == "posterior"              # (no second side stream: no bounds beside)
+        with side_streams(q.device, 1 if posterior else 2, priorities=(-2,) if posterior else (-2, bounds_priority)) \
+                as (main, side, *side2):
             wy_pass(0, NT, done)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):
                 skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
                 heads_ready = None if side is None else side.record_event()
                 state_walk(0, 1 << 30, h0, ht, done=done)
-            if split_check == "posterior":
+            if posterior:
                 # Nothing beside the WY pass: the segments check their warm-ups against each other's
                 # states (buffers made on the caller's stream), so only the heads are waited for.
                 cert = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, 64, trusted=skip_heads)
@@ -668,6 +670,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                 if main is not None:
                     main.wait_event(heads_ready)
             else:
+                side2 = side2[0]
                 with on_stream(side2):
                     # Only the chosen heads' bounds: with long memory the bounds then read nothing.
                     if side2 is not None:
