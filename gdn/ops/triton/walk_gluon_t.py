@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .walk_f16 import bound_of, exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .chunk_fwd import wait_group
+from .wy import fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
                          program_rows, walk_launch)
 
@@ -62,14 +63,6 @@ def _state_t(p_state, o_k, o_vs, V: gl.constexpr, live, MASKED: gl.constexpr):
         b_S = gl.load(p)
     b_sig = pow2_below_inverse(_row_max(b_S))
     return b_S * b_sig[:, None], b_sig
-
-
-@gluon.jit
-def _fresh_program_id():
-    """gl.program_id(0), read again by an instruction the compiler cannot merge with the first reading
-    (wy.fresh_program_id's): what SPLIT 3 and 4 derive from it at the checkpoint and at the end is
-    not kept live through the walk."""
-    return gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -135,7 +128,7 @@ def _checkpoint(seg_bound, b_S, b_sig, live, cu_seqlens, seq_order, T, P, L, W, 
     """SPLIT 3 and 4's checkpoint: where live, the state's column norms into the program's seg_bound
     [P, N x HV, 3, V] row 0 (its place read again: nothing of it kept through the walk)."""
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv,
-     i_seg, i_seg_state) = _segment_rows(_fresh_program_id(), cu_seqlens, seq_order, T, P, L, W, L0, H, HV, K, V,
+     i_seg, i_seg_state) = _segment_rows(fresh_program_id(), cu_seqlens, seq_order, T, P, L, W, L0, H, HV, K, V,
                                          BT, BV, IS_VARLEN, LONGEST_FIRST, 3)
     o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
     gl.store(seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V) + o_vs, _column_norms(b_S, b_sig),
@@ -419,7 +412,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         # only where it walks the segment again (every segment has some).
         redo = NT > 0
         (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv,
-         i_seg, i_seg_state) = _segment_rows(_fresh_program_id(), cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV,
+         i_seg, i_seg_state) = _segment_rows(fresh_program_id(), cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV,
                                              K, V, BT, BV, IS_VARLEN, LONGEST_FIRST, SPLIT)
         o_vs = i_v * BV + gl.arange(0, BV, layout=scol_l)
         i_state = i_nh.to(gl.int64) * K * V
