@@ -124,7 +124,7 @@ CONFIGS = {
     # pass faster, the walk waiting as long for the bounds after it)
     "split posterior": dict(split_check="posterior"),
     "split bounds": dict(split_check="bounds"),
-    "split w20": dict(split_warmup=20),              # v31 candidate: warm-ups of 20 chunks (24 by default)
+    "split w20": dict(split_warmup=20),              # warm-ups of 20 chunks (24 by default): no faster (v31)
     "bounds prio 0": dict(split_check="bounds", bounds_priority=0),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)

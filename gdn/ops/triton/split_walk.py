@@ -229,29 +229,33 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
 
 @triton.jit
 def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
-                       BLOCK: tl.constexpr):
-    """heads [N x HV] int32 (forgetting_heads): one program a (sequence, value head), grid (N x HV,).
-    Segment p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets if its
-    summed log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the
-    sequence's start (then it is exact)."""
-    i_nh = tl.program_id(0)
-    i_n, i_hv = i_nh // HV, i_nh % HV
-    base = i_n.to(tl.int64) * T * HV + i_hv
+                       HB: tl.constexpr, BLOCK: tl.constexpr):
+    """heads [N x HV] int32 (forgetting_heads): one program a sequence and HB value heads, grid
+    (N, cdiv(HV, HB)), reading [BLOCK tokens, HB heads] tiles (HB adjacent fp32 a token: whole
+    sectors). Segment p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets
+    if its summed log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the
+    sequence's start (then it is exact). A warm-up of up to BLOCK tokens is one round of loads."""
+    i_n, i_b = tl.program_id(0), tl.program_id(1)
+    o_h = i_b * HB + tl.arange(0, HB)
+    m_h = o_h < HV
+    base = i_n.to(tl.int64) * T * HV
     o_t = tl.arange(0, BLOCK)
-    chosen = tl.full([], 1, tl.int32)
+    chosen = tl.full([HB], 1, tl.int32)
     for p in range(1, P):
         first = tl.maximum(L0 + (p - 1) * L - W, 0) * BT
         end = (L0 + (p - 1) * L) * BT
-        acc = tl.zeros([BLOCK], tl.float32)
-        growing = tl.zeros([BLOCK], tl.int32)
+        acc = tl.zeros([HB], tl.float32)
+        growing = tl.zeros([HB], tl.int32)
         for t0 in range(first, end, BLOCK):
             t = t0 + o_t
-            acc += tl.load(g + base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
-            b_beta = tl.load(beta + base + t.to(tl.int64) * HV, mask=t < end, other=0.0)
-            growing |= ((b_beta < 0) | (b_beta > 2)).to(tl.int32)
-        forgets = ((tl.sum(acc, 0) <= forget_ln) & (tl.max(growing, 0) == 0)) | (first == 0)
+            m = (t < end)[:, None] & m_h[None, :]
+            offs = base + t.to(tl.int64)[:, None] * HV + o_h[None, :]
+            acc += tl.sum(tl.load(g + offs, mask=m, other=0.0), 0)
+            b_beta = tl.load(beta + offs, mask=m, other=0.0)
+            growing |= tl.max(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0)
+        forgets = ((acc <= forget_ln) & (growing == 0)) | (first == 0)
         chosen = chosen & forgets.to(tl.int32)
-    tl.store(heads + i_nh, chosen)
+    tl.store(heads + i_n * HV + o_h, chosen, mask=m_h)
 
 
 def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS,
@@ -260,15 +264,18 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     p >= 1's warm-up (the W chunks before s_p = L0 + (p - 1) L, fewer at the sequence's start; L0
     None: L) forgets, its summed log-decay at most forget_log2 ln 2, with its betas in [0, 2], else
     0 (those heads walk in order). g, beta [B, T, HV] fp32 contiguous, the log-decays and the betas,
-    whole chunks up to the last segment's start. One small kernel over the warm-ups' tokens, so that
-    the sequential walk can start on its answer right after the WY pass's launch. A guess of the
-    certificate's outcome, never a substitute for it: a chosen head whose warm-up does not certify
-    still waits for the segment before (exact). With forget_log2 = inf: only the betas' test (the
-    heads the posterior check may certify: Split.trusted)."""
+    whole chunks up to the last segment's start. One small kernel over the warm-ups' tokens (~13 us
+    at B1 x T32k on an H200, against 40-50 us one program a head: the ordered walk beside the WY
+    pass starts after it, NOTES.md v31). A guess of the certificate's outcome, never a substitute
+    for it: a chosen head whose warm-up does not certify still waits for the segment before
+    (exact). With forget_log2 = inf: only the betas' test (the heads the posterior check may
+    certify: Split.trusted)."""
     B, T, HV = g.shape
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
-    _forgetting_kernel[(B * HV,)](g, beta, heads, T, P, L, W, L if L0 is None else L0,
-                                  forget_log2 * 0.6931471805599453, HV=HV, BT=BT, BLOCK=512)
+    HB = min(8, next_pow2(HV))
+    _forgetting_kernel[(B, cdiv(HV, HB))](g, beta, heads, T, P, L, W, L if L0 is None else L0,
+                                          forget_log2 * 0.6931471805599453, HV=HV, BT=BT, HB=HB,
+                                          BLOCK=max(64, min(2048, next_pow2(W * BT))), num_warps=8)
     return heads
 
 

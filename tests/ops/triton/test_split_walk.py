@@ -229,7 +229,7 @@ def test_posterior_refuses_other_geometries():
     """split_walk.posterior (what walk_gluon_t's SPLIT 3 and 4 trust): segments that do not tile the
     sequence, a segment shorter than its warm-up, one segment, or a warm-up past the margin's
     POSTERIOR_MAX_WARMUP: a ValueError before anything is allocated."""
-    g = beta = torch.zeros(1, 40 * BT, 2)
+    g = beta = torch.zeros(1, 40 * BT, 2, device=DEVICE)
     split_walk.posterior(4, 13, 9, 4, g, beta, 8, 8, BT, 8)                # 13 + 3 x 9 = 40 chunks
     for P, L0, L, W in [(4, 13, 9, 0), (4, 12, 9, 4), (4, 13, 9, 10), (4, 4, 12, 5), (1, 40, 40, 4),
                         (2, 45, 45, 41)]:
