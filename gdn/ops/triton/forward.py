@@ -676,7 +676,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                     if side2 is not None:
                         side2.wait_event(heads_ready)
                     cert = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, 64, skip_heads)
-                made = [skip_heads, cert.bound, cert.warm, cert.pub, cert.flags, cert.ok]
+                made = [skip_heads, *cert.buffers]
                 if main is not None:
                     main.wait_stream(side2)          # (which waited for the heads)
             if main is not None:                     # (meta tensors: compile_report's recorded launches)
@@ -751,7 +751,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                 with on_stream(side[0] if side else None):
                     split = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, BV)
                 if side and main is not None:
-                    for t in (split.bound, split.warm, split.pub, split.flags, split.ok):
+                    for t in split.buffers:
                         t.record_stream(main)
     else:
         wy_pass(0, NT)

@@ -358,6 +358,11 @@ class Split(NamedTuple):
     L0: int = 0
     trusted: torch.Tensor | None = None
 
+    @property
+    def buffers(self) -> tuple[torch.Tensor, ...]:
+        """(bound, warm, pub, flags, ok): the tensors walk_t_kernel reads and writes, in its order."""
+        return self.bound, self.warm, self.pub, self.flags, self.ok
+
 
 def posterior_segments(NT: int, P: int, warmup: int = WARMUP_CHUNKS) -> tuple[int, int, int]:
     """(P, L0, L) for the posterior check with at most P segments: segment 0 longer by about

@@ -480,7 +480,7 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         P, L, W, L0, segs, phases = 1, 0, 0, 0, (o,) * 5, (0,)
     else:
         P, L, W, L0 = split.P, split.L, split.W, split.L0
-        segs = (split.bound, split.warm, split.pub, split.flags, split.ok)
+        segs = split.buffers
         phases = (3, 4) if posterior else (1, 2)
     heads = split_heads if split_heads is not None else split.trusted if posterior else o
     d_o = _rows(o, [BT, BV])
