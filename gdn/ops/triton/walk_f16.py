@@ -58,20 +58,9 @@ import triton
 import triton.language as tl
 
 from .addressing import load_rows, store_rows
+from .decay import _LOG2E, exp_ftz
 from .split_dot import tile_max, to_f16
 from .wy import load_chunk, load_chunk_decays
-
-_LOG2E = tl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
-
-
-@triton.jit
-def exp_ftz(x):
-    """e^x as 2^(x log2 e) by Triton's exp2, whose ex2 flushes results below 2^-126 to zero. Triton's
-    exp keeps them subnormal, with a compare, two multiplies and a select around each ex2 (~100 of
-    walk_gluon_t's 1368 loop instructions a chunk; 1266 with this, and 4.5% faster, NOTES v23). The
-    walks' exponentials are decays: one below 2^-126 weighs nothing beside the terms it is added to
-    (their exp2 of ratios of scales flush so already)."""
-    return tl.exp2(x * _LOG2E)
 
 
 @triton.jit

@@ -36,8 +36,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .chunk_fwd import wait_group
+from .decay import exp_ftz
 from .split_dot import tile_max
-from .walk_f16 import exp_ftz, log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
+from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .wy import counting_head
 
 _LOG2E = gl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)

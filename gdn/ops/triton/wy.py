@@ -177,10 +177,12 @@ def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr):
     """Block forward substitution: from T = X, STEPS times T <- X - N T on plain fp16 products (b_N16
     already in fp16; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more
     block row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal
-    blocks, and N = X A_off."""
+    blocks, and N = X A_off. Each step is one product accumulated onto X (-N in fp16 is exact): no
+    separate subtraction of the [BT, BT] tile."""
     b_T = b_X
+    b_negN16 = -b_N16
     for _ in tl.static_range(STEPS):
-        b_T = b_X - tl.dot(b_N16, to_f16(b_T, F16_DOT))
+        b_T = tl.dot(b_negN16, to_f16(b_T, F16_DOT), b_X)
     return b_T
 
 
@@ -324,27 +326,38 @@ def chunk_wy_inverse(b_k, b_rk, b_beta, b_D, BT: tl.constexpr, BLOCK: tl.constex
         b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=PRECISION)
     else:
         b_kk = tl.dot(b_k, tl.trans(b_k))
-    return unit_lower_inverse(chunk_A(b_kk, b_rk, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
+    return unit_lower_inverse(chunk_A(scaled_gram(b_kk, b_rk), b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, INVERSE,
+                              F16_DOT)
 
 
 @triton.jit
-def chunk_A(b_kk, b_rk, b_beta, b_D, BT: tl.constexpr):
-    """A [BT, BT] = beta_i r_i (k_i . k_j) r_j D_ij below the diagonal, 0 elsewhere, from k k^T [BT, BT]
-    (keys as stored), the norm factors r [BT], beta [BT] and D [BT, BT]."""
+def scaled_gram(b_xy, b_rx, b_ry=None):
+    """r_x,i (x_i . y_j) r_y,j [BT, BT] from the products x y^T of the vectors as stored and their norm
+    factors r_x [BT] (r_y: r_x where None): formed once a chunk, before the value heads' decays."""
+    if b_ry is None:
+        b_ry = b_rx
+    return b_xy * b_rx[:, None] * b_ry[None, :]
+
+
+@triton.jit
+def chunk_A(b_kkn, b_beta, b_D, BT: tl.constexpr):
+    """A [BT, BT] = beta_i r_i (k_i . k_j) r_j D_ij below the diagonal, 0 elsewhere, from the normalised
+    keys' products r_i (k_i . k_j) r_j [BT, BT] (scaled_gram), beta [BT] and D [BT, BT]."""
     o_i = tl.arange(0, BT)
-    return tl.where(o_i[:, None] > o_i[None, :], (b_beta * b_rk)[:, None] * b_kk * b_rk[None, :] * b_D, 0.0)
+    return tl.where(o_i[:, None] > o_i[None, :], b_beta[:, None] * b_kkn * b_D, 0.0)
 
 
 @triton.jit
-def store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hv, o_t, m_t,
+def store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hv, o_t, m_t,
                     HV: tl.constexpr, BT: tl.constexpr, F16: tl.constexpr = False):
     """The chunk's output attention P = diag(scale r_q) (q k^T . D) diag(r_k) [BT, BT] (causal, diagonal
     included) as two bf16 parts at attn_out, attn2_out [tokens, HV, BT]: row i of the chunk at token
     row0 + i. The state walk's outputs are (q S) e^G (scaled) + P U; with P stored, the walk forms no
-    q k^T and no decay tile. b_qk [BT, BT] the product of the queries and keys as stored, b_D the
-    decay matrix, b_rq, b_rk the norm factors. Two parts: 16 bits, where the output keeps 8. F16: one
-    fp16 tile at attn_out (11 bits; |entries| <= |scale| with l2-normalised q and k: walk_f16)."""
-    b_P = b_qk * b_D * (b_rq * scale)[:, None] * b_rk[None, :]
+    q k^T and no decay tile. b_qkn [BT, BT] the products of the queries and keys as stored, scaled by
+    scale r_q and r_k (scaled_gram: once for a chunk's value heads), b_D the decay matrix. Two parts:
+    16 bits, where the output keeps 8. F16: one fp16 tile at attn_out (11 bits; |entries| <= |scale|
+    with l2-normalised q and k: walk_f16)."""
+    b_P = b_qkn * b_D
     o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
     store_square(attn_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], F16)
 
@@ -429,7 +442,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_q = tl.load(row_tile(q, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_qk, other=0.0).to(DOT_DTYPE)
     b_g_all, b_beta_all = load_head_gates(g, beta, row0, i_hv, HV, o_t, m_t, HEADS)
-    b_kk, b_rk = keys_gram(b_k, BT, USE_L2NORM)
+    b_kkn, b_rk = keys_gram(b_k, BT, USE_L2NORM)
     b_rq = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM:
         if NEED_Q:
@@ -446,7 +459,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
             tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
     if STORE_ATTN:
-        b_qk = tl.dot(b_q, tl.trans(b_k))
+        b_qkn = scaled_gram(tl.dot(b_q, tl.trans(b_k)), b_rq * scale, b_rk)
     m_tt = m_t[:, None] & (o_t < BT)[None, :]
     wide_bits = 0
     for j in tl.static_range(HEADS):
@@ -455,8 +468,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
-            store_attention(attn_out, attn2_out, b_qk, b_D, b_rq, b_rk, scale, row0, i_hvj, o_t, m_t, HV, BT, F16)
-        b_A = chunk_A(b_kk, b_rk, b_beta, b_D, BT)
+            store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16)
+        b_A = chunk_A(b_kkn, b_beta, b_D, BT)
         if FALLBACK_AFTER:
             # The fp16 inverse unconditionally: no branch between this head and the next.
             b_T = inverse_f16(b_A, BT, F16_DOT)
@@ -505,13 +518,15 @@ def head_column(b, j, HEADS: tl.constexpr):
 
 @triton.jit
 def keys_gram(b_k, BT: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """k k^T [BT, BT] of the keys as stored (bf16 products, fp32 sums) and their l2-norm factors r_k
-    [BT] from its diagonal (ones without l2norm)."""
+    """The normalised keys' products r_i (k_i . k_j) r_j [BT, BT] (bf16 products of the keys as stored,
+    fp32 sums, then scaled_gram) and their l2-norm factors r_k [BT] from k k^T's diagonal (ones, and
+    k k^T itself, without l2norm)."""
     o_i = tl.arange(0, BT)
     b_kk = tl.dot(b_k, tl.trans(b_k))
     b_rk = tl.full([BT], 1.0, dtype=tl.float32)
     if USE_L2NORM:
         b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
+        b_kk = scaled_gram(b_kk, b_rk)
     return b_kk, b_rk
 
 
@@ -542,11 +557,11 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
     o_k = tl.arange(0, BK)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
                   other=0.0).to(DOT_DTYPE)
-    b_kk, b_rk = keys_gram(b_k, BT, USE_L2NORM)
+    b_kkn, b_rk = keys_gram(b_k, BT, USE_L2NORM)
     b_g_all, b_beta_all = load_head_gates(g, beta, row0, i_hv, HV, o_t, m_t, HEADS)
     b_beta = head_column(b_beta_all, j, HEADS)
     b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
-    b_T = unit_lower_inverse_blocks(chunk_A(b_kk, b_rk, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, True)
+    b_T = unit_lower_inverse_blocks(chunk_A(b_kkn, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, True)
     o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
     store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
 
