@@ -15,6 +15,13 @@ def row_offsets(row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
 
 
 @triton.jit
+def row_offsets_t(row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
+    """row_offsets' tile transposed, [columns o_d, tokens o_t]: where a tile formed transposed is stored
+    as the untransposed one."""
+    return (row0 * NH + i_head) * D + (o_t[None, :] * (NH * D) + o_d[:, None])
+
+
+@triton.jit
 def row_tile(base, row0, i_head, NH: tl.constexpr, D: tl.constexpr, o_t, o_d):
     """Pointers to tokens row0 + o_t, head i_head, columns o_d of a [tokens, NH, D] tensor (row_offsets)."""
     return base + row_offsets(row0, i_head, NH, D, o_t, o_d)

@@ -102,6 +102,7 @@ CONFIGS = {
     "wy fallback inline": dict(wy_fallback="inline"),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
     "wy all f16": dict(inverse="f16_subst"),      # v19's default under the fp16 walk: the whole inverse on fp16
+    "wy f16 t": dict(inverse="f16_subst_t"),      # v32 (CPU only): that inverse on the transposes, no round trips
     "wy f16 merge": dict(inverse="blocks_f16_subst"),   # v18's: diagonal blocks from fp16 pairs, the merge on fp16
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk
     # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): the default at the wide

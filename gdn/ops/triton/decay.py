@@ -17,18 +17,20 @@ def exp_ftz(x):
 
 
 @triton.jit
-def decay_matrix(b_G, BT: tl.constexpr):
+def decay_matrix(b_G, BT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
     """D [BT, BT] = e^{G_i - G_j} for j <= i (diagonal included), 0 above: formed from non-positive
     exponents only, so nothing overflows for any g <= 0 (exp_ftz: entries below 2^-126 are 0; with
     the keys' norm factors applied once a chunk, wy.scaled_gram, the WY pass 10% faster on an H200,
-    benchmarks/NOTES.md v32)."""
+    benchmarks/NOTES.md v32). TRANSPOSED: D^T, the same entries formed in place (no layout change)."""
     o_i = tl.arange(0, BT)
-    causal = o_i[:, None] >= o_i[None, :]
-    return exp_ftz(tl.where(causal, b_G[:, None] - b_G[None, :], float("-inf")))
+    if TRANSPOSED:
+        return exp_ftz(tl.where(o_i[:, None] <= o_i[None, :], b_G[None, :] - b_G[:, None], float("-inf")))
+    return exp_ftz(tl.where(o_i[:, None] >= o_i[None, :], b_G[:, None] - b_G[None, :], float("-inf")))
 
 
 @triton.jit
-def chunk_decay(b_g, BT: tl.constexpr):
-    """In-chunk cumulative log-decay G [BT] and the causal decay matrix D [BT, BT] (decay_matrix)."""
+def chunk_decay(b_g, BT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
+    """In-chunk cumulative log-decay G [BT] and the causal decay matrix D [BT, BT] (decay_matrix; D^T
+    with TRANSPOSED)."""
     b_G = tl.cumsum(b_g, axis=0)
-    return b_G, decay_matrix(b_G, BT)
+    return b_G, decay_matrix(b_G, BT, TRANSPOSED)

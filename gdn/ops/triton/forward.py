@@ -40,7 +40,7 @@ from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, 
 from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
-INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "product",
+INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
             "substitution")   # wy.unit_lower_inverse
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
@@ -382,15 +382,15 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         inverse = "f16_subst"
     if wy_fallback is None:
         # After the heads where a program takes two or more (one head gains nothing and spills more).
-        wy_fallback = "after" if f16 and inverse == "f16_subst" and wy_heads > 1 else "inline"
+        wy_fallback = "after" if f16 and inverse in ("f16_subst", "f16_subst_t") and wy_heads > 1 else "inline"
     if wy_fallback not in ("inline", "after"):
         raise ValueError(f"wy_fallback must be 'inline' or 'after', got {wy_fallback!r}")
     if wy_fallback == "after" and not f16:
         raise ValueError("wy_fallback='after' needs the fp16 walk's WY pass (operands='fp16' applies), and this "
                          "call does not take the fp16 walk")
-    if wy_fallback == "after" and inverse != "f16_subst":
-        raise ValueError(f"wy_fallback='after' needs inverse='f16_subst', got inverse={inverse!r}")
-    if inverse in ("blocks_f16_subst", "f16_subst") and not f16:
+    if wy_fallback == "after" and inverse not in ("f16_subst", "f16_subst_t"):
+        raise ValueError(f"wy_fallback='after' needs inverse='f16_subst' or 'f16_subst_t', got inverse={inverse!r}")
+    if inverse in ("blocks_f16_subst", "f16_subst", "f16_subst_t") and not f16:
         raise ValueError(f"inverse={inverse!r} needs the fp16 walk (operands='fp16' applies): its T is "
                          "about as exact as fp16's 11 bits, in which that walk stores it")
     if f16 and not stages_given and walk_stages == 2 and 3 * BT * (4 * BK + 2 * BV + 4 * BT) <= 160 * 1024:

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from ..common import L2NORM_EPS, triton_interpreting
-from .addressing import load_rows, row_offsets, row_tile, row_vec
+from .addressing import load_rows, row_offsets, row_offsets_t, row_tile, row_vec
 from .decay import chunk_decay
 from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, to_f16
 from .split_walk import feed_chunk
@@ -173,21 +173,27 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
 
 
 @triton.jit
-def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr):
+def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
     """Block forward substitution: from T = X, STEPS times T <- X - N T on plain fp16 products (b_N16
     already in fp16; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more
     block row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal
     blocks, and N = X A_off. Each step is one product accumulated onto X (-N in fp16 is exact): no
-    separate subtraction of the [BT, BT] tile."""
+    separate subtraction of the [BT, BT] tile. TRANSPOSED: the same steps on the transposes, given
+    X^T and N^T: T^T <- X^T - T^T N^T, the running tile the left operand, whose fp16 copy the matrix
+    units take from the registers it was formed in (as the right one it goes through shared memory)."""
     b_T = b_X
     b_negN16 = -b_N16
     for _ in tl.static_range(STEPS):
-        b_T = tl.dot(b_negN16, to_f16(b_T, F16_DOT), b_X)
+        if TRANSPOSED:
+            b_T = tl.dot(to_f16(b_T, F16_DOT), b_negN16, b_X)
+        else:
+            b_T = tl.dot(b_negN16, to_f16(b_T, F16_DOT), b_X)
     return b_T
 
 
 @triton.jit
-def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr):
+def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr,
+              TRANSPOSED: tl.constexpr = False):
     """(I + A)^-1 [BT, BT] from the inverses of its diagonal blocks X [NB, BLOCK, BLOCK] and A's
     off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
     (I + A) T = I gives T = X - N T with N = X A_off strictly block-lower, so from T = X each step
@@ -195,23 +201,34 @@ def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.co
     with an fp32 sum, of N and T's own rows: nothing like the product form's partial products, which
     grow binomially where keys are near parallel and need 22 bits. 11 bits keep T within 1.5x of its
     own fp16 rounding on random keys, ~10x on near-parallel ones (benchmarks/NOTES.md v18,
-    precision_study.py; the fp16 walk's o and S move by at most a few % there)."""
+    precision_study.py; the fp16 walk's o and S move by at most a few % there).
+    TRANSPOSED: T^T from the blocks' X^T and A^T's off-diagonal blocks as a [BT, BT] tile: N^T =
+    A_off^T X^T, column block c of it (column block c of A_off^T) X_c^T, then substitute_f16's
+    transposed steps."""
     NB: tl.constexpr = BT // BLOCK
     o_b = tl.arange(0, NB)
-    b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
+    if TRANSPOSED:
+        b_Ac = tl.permute(tl.reshape(b_Aoff, [BT, NB, BLOCK]), (1, 0, 2))          # [NB, BT, BLOCK]
+        b_N = tl.dot(to_f16(b_Ac, F16_DOT), to_f16(b_X, F16_DOT))
+        b_N = tl.reshape(tl.permute(b_N, (1, 0, 2)), [BT, BT])
+    else:
+        b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
     # X as a BT x BT block-diagonal tile: block b of row block b, zeros elsewhere.
     b_Xf = tl.reshape(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_X[:, :, None, :], 0.0),
                       [BT, BT])
-    return substitute_f16(b_Xf, to_f16(b_N, F16_DOT), NB - 1, F16_DOT)
+    return substitute_f16(b_Xf, to_f16(b_N, F16_DOT), NB - 1, F16_DOT, TRANSPOSED)
 
 
 @triton.jit
-def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
+def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
     """(I + A)^-1 [BT, BT] (BT = 16, 32 or 64) on plain fp16 products only, no pairs: the inverses X4
     of the 4 x 4 diagonal blocks as (I - A4)(I + A4^2) (A4^4 = 0; its partial products at most twice
     the entries), then the 16 x 16 diagonal blocks by block forward substitution from X4 (T <- X4 - N T,
     N = X4 A_off, three steps, batched over the blocks), then the whole tile from those (merge_f16).
-    precision_study.py's replay: T within ~1.2x of merge_f16's error after pairs (NOTES.md v18)."""
+    precision_study.py's replay: T within ~1.2x of merge_f16's error after pairs (NOTES.md v18).
+    TRANSPOSED: T^T from A^T (strictly upper), every step transposed (X4^T = (I + (A4^T)^2)(I - A4^T),
+    N^T = A_off^T X^T, substitute_f16's transposed steps): the same products' sums, with each running
+    tile the left operand of the next product (INVERSE="f16_subst_t")."""
     NB: tl.constexpr = BT // 16
     o_j = tl.arange(0, 16)
     same4 = ((o_j[:, None] // 4) == (o_j[None, :] // 4))[None, :, :]
@@ -219,14 +236,21 @@ def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
     b_Ad = diagonal_blocks(b_A, BT, 16)
     b_A4 = tl.where(same4, b_Ad, 0.0)
     b_P = tl.dot(to_f16(b_A4, F16_DOT), to_f16(b_A4, F16_DOT))
-    b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
-    b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)), F16_DOT)
-    b_X = substitute_f16(b_X4, b_N16, 3, F16_DOT)          # four 4 x 4 blocks a 16 x 16 one
+    b_off4 = to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)
+    if TRANSPOSED:
+        b_X4 = tl.dot(to_f16(eye + b_P, F16_DOT), to_f16(eye - b_A4, F16_DOT))
+        b_N16 = to_f16(tl.dot(b_off4, to_f16(b_X4, F16_DOT)), F16_DOT)
+    else:
+        b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
+        b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), b_off4), F16_DOT)
+    b_X = substitute_f16(b_X4, b_N16, 3, F16_DOT, TRANSPOSED)          # four 4 x 4 blocks a 16 x 16 one
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     o_i = tl.arange(0, BT)
-    same_block = (o_i[:, None] // 16) == (o_i[None, :] // 16)
-    return merge_f16(b_X, tl.reshape(tl.where(same_block, 0.0, b_A), [NB, 16, BT]), BT, 16, F16_DOT)
+    b_off = tl.where((o_i[:, None] // 16) == (o_i[None, :] // 16), 0.0, b_A)
+    if TRANSPOSED:
+        return merge_f16(b_X, b_off, BT, 16, F16_DOT, True)
+    return merge_f16(b_X, tl.reshape(b_off, [NB, 16, BT]), BT, 16, F16_DOT)
 
 
 @triton.jit
@@ -268,6 +292,7 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     INVERSE="blocks_f16_subst": "blocks_f16" with step 2 by block forward substitution on plain fp16
     products (merge_f16; a chunk whose T leaves fp16's range takes "blocks_parts" as well).
     INVERSE="f16_subst": the same with step 1 on plain fp16 products too (inverse_f16; BLOCK = 16).
+    INVERSE="f16_subst_t": "f16_subst" on the transposes (inverse_f16's TRANSPOSED).
     """
     if INVERSE == "blocks_f16":
         # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
@@ -276,6 +301,15 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
         else:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+        return b_T
+    if INVERSE == "f16_subst_t":
+        # (wy_split_factors forms A^T in place; here from A, for the inverse's own tests.)
+        b_At = tl.trans(b_A)
+        b_Tt = inverse_f16(b_At, BT, F16_DOT, True)
+        if f16_out_of_range(b_At, b_Tt):
+            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+        else:
+            b_T = tl.trans(b_Tt)
         return b_T
     if INVERSE == "blocks_f16_subst" or INVERSE == "f16_subst":
         # As blocks_f16, with the merge on plain fp16 products (merge_f16; f16_subst: every step,
@@ -340,26 +374,34 @@ def scaled_gram(b_xy, b_rx, b_ry=None):
 
 
 @triton.jit
-def chunk_A(b_kkn, b_beta, b_D, BT: tl.constexpr):
+def chunk_A(b_kkn, b_beta, b_D, BT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
     """A [BT, BT] = beta_i r_i (k_i . k_j) r_j D_ij below the diagonal, 0 elsewhere, from the normalised
-    keys' products r_i (k_i . k_j) r_j [BT, BT] (scaled_gram), beta [BT] and D [BT, BT]."""
+    keys' products r_i (k_i . k_j) r_j [BT, BT] (scaled_gram), beta [BT] and D [BT, BT]. TRANSPOSED:
+    A^T from D^T (decay_matrix's), the keys' products being symmetric."""
     o_i = tl.arange(0, BT)
+    if TRANSPOSED:
+        return tl.where(o_i[:, None] < o_i[None, :], b_beta[None, :] * b_kkn * b_D, 0.0)
     return tl.where(o_i[:, None] > o_i[None, :], b_beta[:, None] * b_kkn * b_D, 0.0)
 
 
 @triton.jit
 def store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hv, o_t, m_t,
-                    HV: tl.constexpr, BT: tl.constexpr, F16: tl.constexpr = False):
+                    HV: tl.constexpr, BT: tl.constexpr, F16: tl.constexpr = False, TRANSPOSED: tl.constexpr = False):
     """The chunk's output attention P = diag(scale r_q) (q k^T . D) diag(r_k) [BT, BT] (causal, diagonal
     included) as two bf16 parts at attn_out, attn2_out [tokens, HV, BT]: row i of the chunk at token
     row0 + i. The state walk's outputs are (q S) e^G (scaled) + P U; with P stored, the walk forms no
     q k^T and no decay tile. b_qkn [BT, BT] the products of the queries and keys as stored, scaled by
     scale r_q and r_k (scaled_gram: once for a chunk's value heads), b_D the decay matrix. Two parts:
     16 bits, where the output keeps 8. F16: one fp16 tile at attn_out (11 bits; |entries| <= |scale|
-    with l2-normalised q and k: walk_f16)."""
+    with l2-normalised q and k: walk_f16). TRANSPOSED: P^T from (k q^T) scaled and D^T, stored where P
+    goes."""
     b_P = b_qkn * b_D
-    o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
-    store_square(attn_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], F16)
+    if TRANSPOSED:
+        o_w = row_offsets_t(row0, i_hv, HV, BT, o_t, o_t)
+        store_square(attn_out + o_w, attn2_out + o_w, b_P, (o_t < BT)[:, None] & m_t[None, :], F16)
+    else:
+        o_w = row_offsets(row0, i_hv, HV, BT, o_t, o_t)
+        store_square(attn_out + o_w, attn2_out + o_w, b_P, m_t[:, None] & (o_t < BT)[None, :], F16)
 
 
 @triton.jit
@@ -426,9 +468,15 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     fallback for the heads that fail after all of them (t_at_tf32x3), so that no branch parts one
     head's chain of products from the next's; otherwise each head's inverse waits behind its range
     test and its fallback (unit_lower_inverse).
+    INVERSE="f16_subst_t" (F16 only): inverse_f16 on the transposes, from A^T formed in place (D^T
+    and P^T too: decay_matrix's and store_attention's TRANSPOSED), T diag(beta) and P stored where
+    the untransposed tiles go; without FALLBACK_AFTER a head that needs the fallback takes it right
+    after its own store (t_at_tf32x3 either way, so both orders store the same bits).
     """
-    tl.static_assert(not FALLBACK_AFTER or (F16 and STORE_T and STORE_ATTN and INVERSE == "f16_subst"),
-                     "FALLBACK_AFTER: the fp16 walk's pass with INVERSE='f16_subst'")
+    TR: tl.constexpr = INVERSE == "f16_subst_t"
+    tl.static_assert(not FALLBACK_AFTER or (F16 and STORE_T and STORE_ATTN and (INVERSE == "f16_subst" or TR)),
+                     "FALLBACK_AFTER: the fp16 walk's pass with INVERSE='f16_subst' or 'f16_subst_t'")
+    tl.static_assert(not TR or (F16 and STORE_T and STORE_ATTN), "INVERSE='f16_subst_t': the fp16 walk's pass")
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -459,20 +507,26 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
             tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
     if STORE_ATTN:
-        b_qkn = scaled_gram(tl.dot(b_q, tl.trans(b_k)), b_rq * scale, b_rk)
+        if TR:
+            b_qkn = scaled_gram(tl.dot(b_k, tl.trans(b_q)), b_rk, b_rq * scale)        # (q k^T)^T, scaled
+        else:
+            b_qkn = scaled_gram(tl.dot(b_q, tl.trans(b_k)), b_rq * scale, b_rk)
     m_tt = m_t[:, None] & (o_t < BT)[None, :]
+    if TR:
+        m_tt = (o_t < BT)[:, None] & m_t[None, :]
     wide_bits = 0
     for j in tl.static_range(HEADS):
         i_hvj = i_hv + j
         b_beta = head_column(b_beta_all, j, HEADS)
-        b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
+        b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT, TR)
         if STORE_ATTN:
             tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
-            store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16)
-        b_A = chunk_A(b_kkn, b_beta, b_D, BT)
-        if FALLBACK_AFTER:
+            store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
+        b_A = chunk_A(b_kkn, b_beta, b_D, BT, TR)
+        wide = 0
+        if FALLBACK_AFTER or TR:
             # The fp16 inverse unconditionally: no branch between this head and the next.
-            b_T = inverse_f16(b_A, BT, F16_DOT)
+            b_T = inverse_f16(b_A, BT, F16_DOT, TR)
             wide = f16_out_of_range(b_A, b_T)
             wide_bits += wide << j
             m_ok = m_tt & (wide == 0)
@@ -480,11 +534,19 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
             m_ok = m_tt
         if STORE_T:
-            o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
-            store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_ok, F16)
+            if TR:
+                o_tt = row_offsets_t(row0, i_hvj, HV, BT, o_t, o_t)
+                store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[:, None], m_ok, F16)
+            else:
+                o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
+                store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_ok, F16)
         else:
             _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hvj, o_t, m_t,
                       H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
+        if TR and not FALLBACK_AFTER:
+            if wide:
+                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
+                            USE_L2NORM, DOT_DTYPE, HEADS)
     if FALLBACK_AFTER:
         # The heads whose chunk leaves fp16's range, formed again from the inputs at tf32x3 (rare: beta
         # past 1, gates that grow, T past 16384), after every head's fp16 path.

@@ -39,7 +39,8 @@ def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype
 
 def test_fp16_walk_inverse_by_substitution():
     """inverse="blocks_f16_subst" (the in-chunk inverse's merge on plain fp16 products: gdn.ops.triton.
-    wy.merge_f16) and "f16_subst" (every step on them: wy.inverse_f16) on the hard case of the inverse, nearly parallel keys with beta near 1 and slow
+    wy.merge_f16), "f16_subst" (every step on them: wy.inverse_f16) and "f16_subst_t" (the same on the
+    transposes) on the hard case of the inverse, nearly parallel keys with beta near 1 and slow
     decay: within the fp16 walk's tolerances of the reference, as the pairs of fp16 parts are.
     Elsewhere than the fp16 walk the name is refused (tests/ops/triton/test_wy.py: the inverse alone)."""
     from gdn.ops.triton import triton_forward
@@ -47,7 +48,7 @@ def test_fp16_walk_inverse_by_substitution():
     q, k, v, g, beta, S0 = parallel_key_inputs(device=DEVICE, K=K)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=64)
-    for inverse in ("blocks_f16_subst", "f16_subst", "blocks_f16"):
+    for inverse in ("blocks_f16_subst", "f16_subst", "f16_subst_t", "blocks_f16"):
         o, S = triton_forward(q, k, v, g, beta, inverse=inverse, **call)
         assert_close(o, o_ref, rtol=2e-2, name=f"o, {inverse}")
         assert_close(S, S_ref, rtol=3e-3, name=f"S, {inverse}")

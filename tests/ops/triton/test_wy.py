@@ -53,16 +53,17 @@ def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0, BT: int = BT) -> torch
 
 @pytest.mark.parametrize("bt", [16, 32, 64])
 @pytest.mark.parametrize("keys", ["random", "parallel"])
-@pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "f16_subst", "blocks_parts"])
+@pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "blocks_parts"])
 def test_inverse_against_float64(keys, how, bt):
     """Pairs of fp16 parts and tf32x3 keep ~22 bits (less where the product form's partial products
     grow: parallel keys); the merge by fp16 substitution keeps T to a few times fp16's rounding
     (2^-11 = 4.9e-4) either way, where plain fp16 products in the product form would lose every bit
     (precision_study.py; benchmarks/NOTES.md v18), and so does f16_subst, whose diagonal blocks are on
-    plain fp16 products too. Chunks of 16: no merge; of 32: one substitution step; of 64: three. The
-    substitutions' T is not the tf32x3 one: the fp16 path ran, not the fallback."""
+    plain fp16 products too, and f16_subst_t, the same on the transposes. Chunks of 16: no merge; of
+    32: one substitution step; of 64: three. The substitutions' T is not the tf32x3 one: the fp16 path
+    ran, not the fallback."""
     rtol = {"blocks_f16": (1e-6, 2e-4), "blocks_f16_subst": (5e-4, 2e-3), "f16_subst": (5e-4, 2e-3),
-            "blocks_parts": (1e-6, 2e-4)}[how]
+            "f16_subst_t": (5e-4, 2e-3), "blocks_parts": (1e-6, 2e-4)}[how]
     rtol = rtol[keys == "parallel"]
     gen = torch.Generator().manual_seed(1)
     A = chunk_A(keys, 0.9 + 0.1 * torch.rand(bt, generator=gen), BT=bt).to(DEVICE)
@@ -70,11 +71,11 @@ def test_inverse_against_float64(keys, how, bt):
     exact = torch.linalg.solve_triangular(eye + A.double(), eye, upper=False)
     T = inverse(A, how)
     assert_close(T, exact, rtol=rtol, name=f"T, {how}")
-    if how in ("blocks_f16_subst", "f16_subst"):
+    if how in ("blocks_f16_subst", "f16_subst", "f16_subst_t"):
         assert not torch.equal(T, inverse(A, "blocks_parts"))
 
 
-@pytest.mark.parametrize("how", ["blocks_f16_subst", "f16_subst"])
+@pytest.mark.parametrize("how", ["blocks_f16_subst", "f16_subst", "f16_subst_t"])
 def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     """beta = -0.22 on parallel keys: A_ij ~ -0.22 below the diagonal, so T's entries grow as
     1.22^(i - j) to ~3.4e4, past what merge_f16 keeps in fp16: the chunk is formed again at tf32x3,
@@ -86,15 +87,17 @@ def test_inverse_by_substitution_falls_back_out_of_fp16_range(how):
     assert not torch.equal(T_pairs, T_parts)
 
 
+@pytest.mark.parametrize("inverse", [None, "f16_subst_t"])
 @pytest.mark.parametrize("BT, H, HV, K, heads", [(32, 2, 4, 32, None), (16, 1, 4, 48, 4), (64, 1, 2, 32, None)])
-def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, BT, H, HV, K, heads):
+def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, BT, H, HV, K, heads, inverse):
     """wy_fallback="after" (the default: every head's fp16 inverse first, the tf32x3 fallback after all
     of them, FALLBACK_AFTER) stores T diag(beta), the output attention and G bit for bit as the inline
     fallback, every entry written (the buffers NaN-filled before each launch), and the walk's o and S
     with them. beta = 6 in one chunk of every second value head (max |A_ij| > 1 there, checked here:
     those heads' chunk takes the fallback, the heads beside them in the same program do not); two
     heads a program (the default) or four (bits 1 and 3 of its mask); chunks of 16, 32 and 64, K not
-    a power of two."""
+    a power of two; the default inverse and the transposed one (f16_subst_t, whose inline fallback
+    follows its head's store)."""
     import inspect
     import gdn.ops.triton.forward as forward
     T = 100
@@ -116,7 +119,7 @@ def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, B
                  lambda grid, args, kw: stored.append([args[i].clone() for i in watched] + [kw["FALLBACK_AFTER"]]),
                  before=lambda grid, args, kw: [args[i].fill_(float("nan")) for i in watched])
     call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=BT,
-                **({} if heads is None else dict(wy_heads=heads)))
+                **({} if heads is None else dict(wy_heads=heads)), **({} if inverse is None else dict(inverse=inverse)))
     inline = forward.triton_forward(q, k, v, g, beta, wy_fallback="inline", **call)
     after = forward.triton_forward(q, k, v, g, beta, **call)
     (*first, flag_inline), (*second, flag_after) = stored
@@ -124,9 +127,38 @@ def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, B
     for x, y in zip(first, second):
         assert torch.equal(x, y) and not torch.isnan(x).any()
     assert torch.equal(inline[0], after[0]) and torch.equal(inline[1], after[1])
+    if inverse is not None:
+        return
     with pytest.raises(ValueError, match="wy_fallback must be"):
         forward.triton_forward(q, k, v, g, beta, wy_fallback="later", **call)
     with pytest.raises(ValueError, match="wy_fallback='after' needs inverse='f16_subst'"):
         forward.triton_forward(q, k, v, g, beta, wy_fallback="after", inverse="blocks_f16", **call)
     with pytest.raises(ValueError, match="needs the fp16 walk"):
         forward.triton_forward(q, k, v, g, beta, wy_fallback="after", operands="bf16_parts", **call)
+
+
+def test_transposed_inverse_stores_the_untransposed_tiles(monkeypatch):
+    """inverse="f16_subst_t" forms A, P and T transposed in place and stores them where the default's go:
+    T diag(beta) and P within fp16's rounding of the default pass's (the same sums in other orders), G
+    bit for bit, every entry written; the walk's o and S within the walk's own rounding of the
+    default's. Two sequences with a partial last chunk (masked rows and columns)."""
+    import inspect
+    import gdn.ops.triton.forward as forward
+    T, H, HV, K = 90, 2, 4, 32
+    q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, K, dtype=torch.bfloat16, initial_state=True, seed=3,
+                                         device=DEVICE)
+    names = list(inspect.signature(forward.wy_kernel.fn).parameters)
+    watched = [names.index(n) for n in ("t_out", "attn_out", "G_out")]
+    stored = []
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: stored.append([args[i].clone() for i in watched]),
+                 before=lambda grid, args, kw: [args[i].fill_(float("nan")) for i in watched])
+    call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=64)
+    plain = forward.triton_forward(q, k, v, g, beta, **call)
+    transposed = forward.triton_forward(q, k, v, g, beta, inverse="f16_subst_t", **call)
+    (tb, p, G), (tb_t, p_t, G_t) = stored
+    assert not any(torch.isnan(x).any() for x in (tb_t, p_t, G_t))
+    assert torch.equal(G, G_t)
+    assert_close(tb_t, tb, rtol=2e-3, name="T diag(beta)")
+    assert_close(p_t, p, rtol=2e-3, name="P")
+    assert_close(transposed[0], plain[0], rtol=5e-3, name="o")
+    assert_close(transposed[1], plain[1], rtol=2e-3, name="S")
