@@ -3,8 +3,10 @@
 Per shape and gate regime: median time (triton.testing.do_bench on a GPU, the faster of two rounds
 over all providers; wall clock on a CPU), peak memory on a GPU, the ratio of each peer's time to
 ours, and our time against the floor (the larger of bytes / copy bandwidth and chunk-algorithm
-FLOPs / matmul rate). Prints a table, writes results.json and a PNG plot (when matplotlib is
-installed) under --out.
+FLOPs / matmul rate). With --graphs (GPU) each forward is also timed as the replay of a CUDA graph
+that captured it (mode "fwd-graph": no host work a call, so a slow host cannot set the pace; a
+provider that cannot be captured is skipped there). Prints a table, writes results.json and a PNG
+plot (when matplotlib is installed) under --out.
 """
 from __future__ import annotations
 
@@ -97,9 +99,49 @@ def _call(fn, inputs, cu, backward):
     return o, S
 
 
+def _graph_replay(fn, inputs, cu):
+    """The replay of a CUDA graph that captured one forward of fn on these inputs (warmed up on a side
+    stream first, as capture asks): every kernel of the call launched with no host work."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            _call(fn, inputs, cu, False)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _call(fn, inputs, cu, False)
+    return graph.replay
+
+
+def _timed_calls(providers, inputs, cu, mode: str, where: str) -> dict:
+    """name -> what to time for one row of mode "fwd", "fwd+bwd" or "fwd-graph" (a CUDA graph's replay,
+    _graph_replay), each provider called once first (its compilation). A provider that raises is
+    skipped there (printed, with where: the row's shape and gates), except a ValueError of ours or a
+    peer outside fwd-graph: only a named config may refuse a shape (the split: packed sequences),
+    while any provider may fail to be captured."""
+    backward = mode == "fwd+bwd"
+    ready = {}
+    for name, fn in providers.items():
+        try:
+            _call(fn, inputs, cu, backward)
+            if mode == "fwd-graph":
+                ready[name] = _graph_replay(fn, inputs, cu)
+            else:
+                ready[name] = lambda fn=fn: _call(fn, inputs, cu, backward)
+        except (NotImplementedError, torch.cuda.OutOfMemoryError, RuntimeError, ValueError) as err:
+            if isinstance(err, ValueError) and not name.startswith("gdn[") and mode != "fwd-graph":
+                raise
+            print(f"  {where} {mode} {name}: skipped ({type(err).__name__}: {str(err)[:80]})")
+    return ready
+
+
 def run_bench(args) -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     on_gpu = device.startswith("cuda")
+    graphs = getattr(args, "graphs", False)
+    if graphs and not on_gpu:
+        raise ValueError(f"--graphs times CUDA graph replays: it needs a CUDA device, got {device}")
     HV = args.HV or (32 if on_gpu else args.H)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     shapes = parse_shapes(args.shapes or (GPU_SHAPES if on_gpu else CPU_SHAPES))
@@ -111,7 +153,7 @@ def run_bench(args) -> None:
         f"{torch.get_num_threads()} threads"
     print(f"gdn bench | {machine} | torch {torch.__version__} | H={args.H} HV={HV} K={args.K} V={args.V} "
           f"{str(dtype)[6:]} inputs, fp32 gates/states, l2norm, final state | providers: {', '.join(providers)}")
-    modes = ["fwd"] + (["fwd+bwd"] if args.backward else [])
+    modes = ["fwd"] + (["fwd-graph"] if graphs else []) + (["fwd+bwd"] if args.backward else [])
     rows = []
     # The first shape of a GPU run ran slow for every provider in some runs (0.55 against 0.36 ms at
     # B1 x T8k, benchmarks/NOTES.md v5-v25, cause unknown): it is timed twice there, the first pass
@@ -127,24 +169,18 @@ def run_bench(args) -> None:
                 backward = mode == "fwd+bwd"
                 if backward:
                     inputs = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in inputs)
-                ready = {}
-                for name, fn in providers.items():
-                    try:
-                        _call(fn, inputs, cu, backward)         # warm-up (and compilation)
-                        ready[name] = fn
-                    except (NotImplementedError, torch.cuda.OutOfMemoryError, RuntimeError, ValueError) as err:
-                        if isinstance(err, ValueError) and not name.startswith("gdn["):
-                            raise       # only a named config may refuse a shape (the split: packed sequences)
-                        print(f"  {label} {gates} {mode} {name}: skipped ({type(err).__name__}: {str(err)[:80]})")
+                ready = _timed_calls(providers, inputs, cu, mode, f"{label} {gates}")
                 # Every provider compiled first, then timed in ROUNDS interleaved rounds, the fastest
                 # round kept: a provider timed right after another's compile (tens of seconds, the
                 # GPU idle) may run on lowered clocks (benchmarks/NOTES.md, v12 and v14).
                 for _ in range(ROUNDS if on_gpu else 1):
-                    for name, fn in ready.items():
-                        ms = median_ms(lambda: _call(fn, inputs, cu, backward), device, repeats=3)
+                    for name, timed in ready.items():
+                        ms = median_ms(timed, device, repeats=3)
                         row["ms"][name] = min(ms, row["ms"].get(name, ms))
-                for name, fn in ready.items():
-                    if on_gpu:
+                for name, fn in providers.items():
+                    if name not in ready:
+                        continue
+                    if on_gpu and mode != "fwd-graph":       # (a graph's memory is its own pool's)
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
                         base = torch.cuda.memory_allocated()

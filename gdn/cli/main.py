@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     bench.add_argument("--configs", default=None,
                        help="GPU: also time these named Triton configurations (gdn/ops/triton/configs.py)")
     bench.add_argument("--backward", action="store_true", help="also time forward+backward where supported")
+    bench.add_argument("--graphs", action="store_true",
+                       help="GPU: also time each forward as a CUDA graph replay (mode fwd-graph: no host work a call)")
     bench.add_argument("--out", default="bench_out", help="folder for results.json and the PNG plot")
     bench.add_argument("--warm-pass", choices=["auto", "on", "off"], default="auto",
                        help="time the first shape twice and keep the second (auto: on a GPU)")

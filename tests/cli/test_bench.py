@@ -58,6 +58,31 @@ def test_bench_configs_need_cuda(tmp_path):
         run_bench(_args(tmp_path, configs="default"))
 
 
+def test_bench_graphs_need_cuda(tmp_path):
+    with pytest.raises(ValueError, match="--graphs"):
+        run_bench(_args(tmp_path, graphs=True))
+
+
+def test_bench_graph_rows_time_the_replay(monkeypatch, capsys):
+    """Rows of mode fwd-graph time what _graph_replay returns (a CUDA graph's replay on a GPU; faked
+    here), and a provider whose capture fails is skipped in them, with the reason printed."""
+    import gdn.cli.bench as bench
+    from gdn.cli.timing import random_problem
+    providers = bench._providers("cpu", ["gdn", "gdn-scan"])
+    replay = lambda: None
+
+    def fake_replay(fn, inputs, cu):
+        if fn is providers["gdn-scan"]:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return replay
+    monkeypatch.setattr(bench, "_graph_replay", fake_replay)
+    inputs = random_problem(1, 64, 2, 2, 16, 16)
+    ready = bench._timed_calls(providers, inputs, None, "fwd-graph", "1x64 decaying")
+    assert ready == {"gdn": replay}
+    assert "1x64 decaying fwd-graph gdn-scan: skipped (RuntimeError: operation not permitted" in capsys.readouterr().out
+    assert set(bench._timed_calls(providers, inputs, None, "fwd", "1x64 decaying")) == {"gdn", "gdn-scan"}
+
+
 def test_bench_rejects_an_unknown_provider(tmp_path):
     with pytest.raises(ValueError, match="--providers: unknown"):
         run_bench(_args(tmp_path, providers="gdn,flq"))
