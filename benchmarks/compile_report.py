@@ -9,6 +9,7 @@ the Triton wheel) reports registers and spills, cuobjdump the SASS.
     python3 benchmarks/compile_report.py                      # every variant, B1 x T32k, H200 SM count
     python3 benchmarks/compile_report.py --variants default,product --dump /tmp/gdn_asm
     python3 benchmarks/compile_report.py --shape 1,140 --heads 1,2,32,32 --num-segments 2 --check
+    python3 benchmarks/compile_report.py --variants default --shape 8,4096 --lines 12   # where instructions go
 
 Columns: w (warps), regs (per thread, 255 at most), spill st/ld (bytes a thread, ptxas -v), stack
 (bytes of local memory a thread), smem (bytes of shared memory a program; "!" past the 227 KiB one
@@ -191,6 +192,38 @@ def sass_info(cubin):
     return count(instrs), in_loop, sass
 
 
+_LINE_MARK = re.compile(r'//## File "([^"]+)", line (\d+)')
+
+
+def sass_by_line(ptx, arch):
+    """SASS instructions per source line: the PTX through ptxas -lineinfo, then nvdisasm -g, which
+    marks where each source line's instructions start (an inlined function's by its own file and
+    line). Returns {(file name, line): Counter of opcodes}. Only the instructions under a mark are
+    counted (ptxas leaves some without one)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        Path(src).write_text(ptx)
+        subprocess.run([str(NVIDIA_BIN / "ptxas"), "-lineinfo", f"--gpu-name={arch}", src, "-o", src + ".o"],
+                       capture_output=True, check=True)
+        listing = subprocess.run([str(NVIDIA_BIN / "nvdisasm"), "-g", "-c", src + ".o"], capture_output=True,
+                                 text=True).stdout
+    lines, here = {}, None
+    for text in listing.splitlines():
+        if (mark := _LINE_MARK.search(text)):
+            here = (Path(mark.group(1)).name, int(mark.group(2)))
+        elif here and (m := _SASS_LINE.search(text)):
+            lines.setdefault(here, Counter())[m.group(2).split(".")[0]] += 1
+    return lines
+
+
+def top_lines(lines, n):
+    """The n source lines with the most instructions, one text line each: file:line, the count, its
+    three commonest opcodes."""
+    ranked = sorted(lines.items(), key=lambda item: -sum(item[1].values()))[:n]
+    return [f"{name}:{line:<5} {sum(ops.values()):>5}  " + ", ".join(f"{op} {k}" for op, k in ops.most_common(3))
+            for (name, line), ops in ranked]
+
+
 # Instructions whose first operand is read, not written (stores, barriers, branches, the MMAs).
 _NO_DEST = ("HGMMA", "STS", "ST", "BAR", "WARPGROUP", "LDSM", "LDS", "STSM", "BRA", "EXIT", "RED", "ATOM")
 
@@ -276,6 +309,10 @@ def main(argv=None):
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
     ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
     ap.add_argument("--ptxas-log", action="store_true", help="print ptxas -v output of each kernel")
+    ap.add_argument("--lines", type=int, default=0,
+                    help="print each kernel's N source lines with the most SASS instructions (ptxas -lineinfo, "
+                         "nvdisasm -g): where a kernel's instructions go (static counts: code behind a rarely "
+                         "taken branch, e.g. the WY pass's tf32x3 fallback, counts as much as the main path)")
     ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a kernel reads a uniform register nothing wrote (the ur? column)")
@@ -311,6 +348,9 @@ def main(argv=None):
             print(row(vname, fn.__name__, grid, r), flush=True)
             if args.ptxas_log:
                 print("    " + r["log"].strip().replace("\n", "\n    "))
+            if args.lines:
+                for text in top_lines(sass_by_line(ck.asm["ptx"], arch), args.lines):
+                    print("    " + text)
             if args.dump:
                 out = Path(args.dump) / re.sub(r"[^\w.+-]", "_", vname)
                 out.mkdir(parents=True, exist_ok=True)

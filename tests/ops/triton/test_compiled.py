@@ -4,6 +4,7 @@ shared-memory base of the WY pass's wgmma at chunk 64 and K < 64, which gave wro
 with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles and scans; it runs in a
 process of its own, because it must compile for real where this suite sets TRITON_INTERPRET."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py
     ("1,2,32,32", ["--num-segments", "2"]),             # w in two bf16 parts (segments): was miscompiled
     ("1,2,48,32", ["--num-segments", "2"]),             # K = 48: BK = 64, 32 columns at a time
     ("1,2,16,16", ["--variants", "bf16 parts&v4"]),     # w and u in one segment (factors "wu")
-    ("1,2,32,32", ["--variants", "default"]),           # the fp16 walk
+    ("1,2,32,32", ["--variants", "default", "--lines", "3"]),   # the fp16 walk; where its instructions go
     ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon t,gluon t beside"]),   # the Gluon walks
     ("1,2,64,128", ["--variants", "gluon t"]),                 # V = 128: two programs a head
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
@@ -33,6 +34,8 @@ def test_no_uniform_register_read_before_its_write(heads, extra):
                          timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "wy_kernel" in run.stdout
+    if "--lines" in extra:                 # each kernel's 3 busiest source lines: "wy.py:123   456  FMUL 64, ..."
+        assert len(re.findall(r"^    \w+\.py:\d+ +\d+  [A-Z]", run.stdout, re.M)) >= 6
     gluon_kernels = ("walk_gluon_kernel", "walk_t_kernel")     # the Gluon walks' kernels
     assert any(name in run.stdout for name in gluon_kernels) == any("gluon" in arg for arg in extra)
     variants = extra[extra.index("--variants") + 1].split(",") if "--variants" in extra else []
