@@ -177,9 +177,8 @@ def run_bench(args) -> None:
                     for name, timed in ready.items():
                         ms = median_ms(timed, device, repeats=3)
                         row["ms"][name] = min(ms, row["ms"].get(name, ms))
-                for name, fn in providers.items():
-                    if name not in ready:
-                        continue
+                for name in ready:
+                    fn = providers[name]
                     if on_gpu and mode != "fwd-graph":       # (a graph's memory is its own pool's)
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()

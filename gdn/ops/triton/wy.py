@@ -511,9 +511,10 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             b_qkn = scaled_gram(tl.dot(b_k, tl.trans(b_q)), b_rk, b_rq * scale)        # (q k^T)^T, scaled
         else:
             b_qkn = scaled_gram(tl.dot(b_q, tl.trans(b_k)), b_rq * scale, b_rk)
-    m_tt = m_t[:, None] & (o_t < BT)[None, :]
     if TR:
-        m_tt = (o_t < BT)[:, None] & m_t[None, :]
+        m_tt = (o_t < BT)[:, None] & m_t[None, :]          # (the tiles formed transposed: rows along columns)
+    else:
+        m_tt = m_t[:, None] & (o_t < BT)[None, :]
     wide_bits = 0
     for j in tl.static_range(HEADS):
         i_hvj = i_hv + j
