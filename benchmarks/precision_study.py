@@ -14,7 +14,7 @@ exact float64 walk, for both gate regimes of GUIDE.md section 2 (benchmarks/NOTE
 table it printed). A rounding is "b1", "b2" (bf16 parts), "h" (fp16) or "" (exact).
 
 The in-chunk inverse T = (I + A)^-1 is exact unless ``inverse`` names one of the WY pass's product
-algorithms (gdn/ops/triton/wy.py), replayed with its operands rounded as the matrix units take them
+algorithms (gdn/ops/triton/inverse.py), replayed with its operands rounded as the matrix units take them
 (benchmarks/NOTES.md v18). ``--keys smooth`` draws keys that drift slowly along the sequence (each
 close to its neighbours, as a model's keys often are), where the inverse's partial products grow.
 
@@ -62,7 +62,7 @@ def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tens
     "fp16 substitution": T <- X - N T from T = X, once a block row below the first, on plain fp16
     products (block forward substitution: no binomially growing partial products); "fp16 substitution
     everywhere": the diagonal blocks too, from their 4 x 4 blocks' (I - A4)(I + A4^2) by the same
-    substitution, all on plain fp16 products (wy.inverse_f16)."""
+    substitution, all on plain fp16 products (inverse.inverse_f16)."""
     n = A.shape[-1]
     if how == "fp16 substitution everywhere":
         X16 = _substitution(torch.where(_blocks(n, block), A, 0.0), _inverse_4x4_f16(A), 4)

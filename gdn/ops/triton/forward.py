@@ -41,7 +41,7 @@ from .wy import wy_kernel
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
-            "substitution")   # wy.unit_lower_inverse
+            "substitution")   # inverse.unit_lower_inverse
 RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -104,7 +104,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     Extra knobs (benchmarks and tests): ``num_segments`` forces the per-sequence split (dense batches
     only; default chooses from the SM count and ``programs_per_sm``, the state-walk programs one SM
     holds: default 1 with ``walk_stages`` > 1, whose shared memory fills an SM, else 2); ``inverse``
-    how the in-chunk triangular inverse is formed (one of INVERSES: gdn.ops.triton.wy.unit_lower_inverse);
+    how the in-chunk triangular inverse is formed (one of INVERSES: gdn.ops.triton.inverse.unit_lower_inverse);
     ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into.
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,

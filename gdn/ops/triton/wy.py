@@ -7,6 +7,8 @@ l2-norm factors (ones without l2norm):
     T    = (I + A)^-1
     u    = T diag(beta) v,   w = T diag(beta r e^G) k  (the WY factors; writes are U = u - w S)
 
+(the inverse's algorithms: gdn.ops.triton.inverse).
+
 ``wy_kernel`` computes for every chunk of every sequence and head at once what does not depend on
 the state, so the sequential state walk only multiplies: u and w, or (the default on the bf16 path)
 T diag(beta) itself, from which the walk forms U = T diag(beta) (v - diag(r e^G) k S), and the
@@ -22,13 +24,13 @@ import triton.language as tl
 from ..common import L2NORM_EPS, triton_interpreting
 from .addressing import load_rows, row_offsets, row_offsets_t, row_tile, row_vec
 from .decay import chunk_decay
-from .split_dot import dot_f16x2, dot_tf32x3, split_dot, store_parts, tile_max, to_f16
+from .inverse import f16_out_of_range, inverse_f16, unit_lower_inverse, unit_lower_inverse_blocks
+from .split_dot import split_dot, store_parts
 from .split_walk import feed_chunk
 
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
 _READ_CTAID = tl.constexpr(not triton_interpreting())    # (the interpreter runs no inline assembly)
-_F16_SAFE = tl.constexpr(16384.0)            # merge_f16's sum |T| at most this (so every entry), else tf32x3
 
 
 @triton.jit
@@ -108,246 +110,6 @@ def counting_head(i_hv, H: tl.constexpr, HV: tl.constexpr, SHARED_QK: tl.constex
     if SHARED_QK:
         return i_hv // (HV // H) * (HV // H)
     return i_hv
-
-
-@triton.jit
-def _dot3(a, b, OWN_PARTS: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
-    """a @ b at tf32x3: Triton's, or from our own parts (OWN_PARTS: split_dot.dot_tf32x3); OWN_PARTS = 2:
-    from pairs of fp16 parts (split_dot.dot_f16x2, in F16_DOT)."""
-    if OWN_PARTS == 2:
-        return dot_f16x2(a, b, F16_DOT)
-    if OWN_PARTS:
-        return dot_tf32x3(a, b)
-    return tl.dot(a, b, input_precision="tf32x3")
-
-
-@triton.jit
-def diagonal_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr):
-    """The BLOCK x BLOCK diagonal blocks of a [BT, BT] tile as a batch [BT / BLOCK, BLOCK, BLOCK]."""
-    NB: tl.constexpr = BT // BLOCK
-    o_b = tl.arange(0, NB)
-    # [NB, BLOCK, NB, BLOCK] -> the entries whose row and column blocks agree.
-    b_A4 = tl.reshape(b_A, [NB, BLOCK, NB, BLOCK])
-    return tl.sum(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_A4, 0.0), axis=2)
-
-
-@triton.jit
-def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                              OWN_PARTS: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
-                              SUBST_F16: tl.constexpr = False):
-    """unit_lower_inverse's product algorithm with the block-diagonal factor kept as a batch of NB
-    BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
-    tiles, and small register tiles), and the products with it as batched products over row blocks
-    (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain.
-    SUBST_F16: the merge by block forward substitution on plain fp16 products instead (merge_f16)."""
-    NB: tl.constexpr = BT // BLOCK
-    o_i = tl.arange(0, BT)
-    o_b = tl.arange(0, NB)
-    o_j = tl.arange(0, BLOCK)
-    same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
-    b_Ad = diagonal_blocks(b_A, BT, BLOCK)
-    eye_d = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, BLOCK, BLOCK], tl.float32)
-    # (I + A_d)^-1 = (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^16 = 0), at tf32x3 as in the 2-D form.
-    b_X = eye_d - b_Ad
-    b_P = b_Ad
-    for _ in tl.static_range(1, 4):              # BLOCK = 16 = 2^4
-        b_P = _dot3(b_P, b_P, OWN_PARTS, F16_DOT)
-        b_X = _dot3(b_X, eye_d + b_P, OWN_PARTS, F16_DOT)
-    if NB == 1:
-        return tl.reshape(b_X, [BT, BT])
-    eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    # N = X A_off, row block by row block.
-    b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
-    if SUBST_F16:
-        return merge_f16(b_X, b_Aoff, BT, BLOCK, F16_DOT)
-    b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS, F16_DOT), [BT, BT])
-    b_R = eye - b_N
-    b_P2 = b_N
-    for _ in tl.static_range(1, LOG_BLOCKS):
-        b_P2 = _dot3(b_P2, b_P2, OWN_PARTS, F16_DOT)
-        b_R = _dot3(b_R, eye + b_P2, OWN_PARTS, F16_DOT)
-    # T = R X: column block c of T is (column block c of R) X_c.
-    b_R3 = tl.permute(tl.reshape(b_R, [BT, NB, BLOCK]), (1, 0, 2))
-    b_T3 = _dot3(b_R3, b_X, OWN_PARTS, F16_DOT)
-    return tl.reshape(tl.permute(b_T3, (1, 0, 2)), [BT, BT])
-
-
-@triton.jit
-def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
-    """Block forward substitution: from T = X, STEPS times T <- X - N T on plain fp16 products (b_N16
-    already in fp16; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more
-    block row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal
-    blocks, and N = X A_off. Each step is one product accumulated onto X (-N in fp16 is exact): no
-    separate subtraction of the [BT, BT] tile. TRANSPOSED: the same steps on the transposes, given
-    X^T and N^T: T^T <- X^T - T^T N^T, the running tile the left operand, whose fp16 copy the matrix
-    units take from the registers it was formed in (as the right one it goes through shared memory)."""
-    b_T = b_X
-    b_negN16 = -b_N16
-    for _ in tl.static_range(STEPS):
-        if TRANSPOSED:
-            b_T = tl.dot(to_f16(b_T, F16_DOT), b_negN16, b_X)
-        else:
-            b_T = tl.dot(b_negN16, to_f16(b_T, F16_DOT), b_X)
-    return b_T
-
-
-@triton.jit
-def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr,
-              TRANSPOSED: tl.constexpr = False):
-    """(I + A)^-1 [BT, BT] from the inverses of its diagonal blocks X [NB, BLOCK, BLOCK] and A's
-    off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
-    (I + A) T = I gives T = X - N T with N = X A_off strictly block-lower, so from T = X each step
-    T <- X - N T makes one more block row final (NB - 1 steps). Every product is one fp16 product
-    with an fp32 sum, of N and T's own rows: nothing like the product form's partial products, which
-    grow binomially where keys are near parallel and need 22 bits. 11 bits keep T within 1.5x of its
-    own fp16 rounding on random keys, ~10x on near-parallel ones (benchmarks/NOTES.md v18,
-    precision_study.py; the fp16 walk's o and S move by at most a few % there).
-    TRANSPOSED: T^T from the blocks' X^T and A^T's off-diagonal blocks as a [BT, BT] tile: N^T =
-    A_off^T X^T, column block c of it (column block c of A_off^T) X_c^T, then substitute_f16's
-    transposed steps."""
-    NB: tl.constexpr = BT // BLOCK
-    o_b = tl.arange(0, NB)
-    if TRANSPOSED:
-        b_Ac = tl.permute(tl.reshape(b_Aoff, [BT, NB, BLOCK]), (1, 0, 2))          # [NB, BT, BLOCK]
-        b_N = tl.dot(to_f16(b_Ac, F16_DOT), to_f16(b_X, F16_DOT))
-        b_N = tl.reshape(tl.permute(b_N, (1, 0, 2)), [BT, BT])
-    else:
-        b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
-    # X as a BT x BT block-diagonal tile: block b of row block b, zeros elsewhere.
-    b_Xf = tl.reshape(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_X[:, :, None, :], 0.0),
-                      [BT, BT])
-    return substitute_f16(b_Xf, to_f16(b_N, F16_DOT), NB - 1, F16_DOT, TRANSPOSED)
-
-
-@triton.jit
-def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
-    """(I + A)^-1 [BT, BT] (BT = 16, 32 or 64) on plain fp16 products only, no pairs: the inverses X4
-    of the 4 x 4 diagonal blocks as (I - A4)(I + A4^2) (A4^4 = 0; its partial products at most twice
-    the entries), then the 16 x 16 diagonal blocks by block forward substitution from X4 (T <- X4 - N T,
-    N = X4 A_off, three steps, batched over the blocks), then the whole tile from those (merge_f16).
-    precision_study.py's replay: T within ~1.2x of merge_f16's error after pairs (NOTES.md v18).
-    TRANSPOSED: T^T from A^T (strictly upper), every step transposed (X4^T = (I + (A4^T)^2)(I - A4^T),
-    N^T = A_off^T X^T, substitute_f16's transposed steps): the same products' sums, with each running
-    tile the left operand of the next product (INVERSE="f16_subst_t")."""
-    NB: tl.constexpr = BT // 16
-    o_j = tl.arange(0, 16)
-    same4 = ((o_j[:, None] // 4) == (o_j[None, :] // 4))[None, :, :]
-    eye = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, 16, 16], tl.float32)
-    b_Ad = diagonal_blocks(b_A, BT, 16)
-    b_A4 = tl.where(same4, b_Ad, 0.0)
-    b_P = tl.dot(to_f16(b_A4, F16_DOT), to_f16(b_A4, F16_DOT))
-    b_off4 = to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)
-    if TRANSPOSED:
-        b_X4 = tl.dot(to_f16(eye + b_P, F16_DOT), to_f16(eye - b_A4, F16_DOT))
-        b_N16 = to_f16(tl.dot(b_off4, to_f16(b_X4, F16_DOT)), F16_DOT)
-    else:
-        b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
-        b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), b_off4), F16_DOT)
-    b_X = substitute_f16(b_X4, b_N16, 3, F16_DOT, TRANSPOSED)          # four 4 x 4 blocks a 16 x 16 one
-    if NB == 1:
-        return tl.reshape(b_X, [BT, BT])
-    o_i = tl.arange(0, BT)
-    b_off = tl.where((o_i[:, None] // 16) == (o_i[None, :] // 16), 0.0, b_A)
-    if TRANSPOSED:
-        return merge_f16(b_X, b_off, BT, 16, F16_DOT, True)
-    return merge_f16(b_X, tl.reshape(b_off, [NB, 16, BT]), BT, 16, F16_DOT)
-
-
-@triton.jit
-def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                        INVERSE: tl.constexpr, F16_DOT: tl.constexpr):
-    """unit_lower_inverse's "blocks_f16_subst" or "f16_subst" without their tf32x3 fallback: T on fp16
-    products and whether the chunk needs the fallback. Their operands (N, T's rows) are not bounded
-    by the |A_ij| <= 1 test: a chunk whose T leaves fp16's range needs it too (T_f16_unsafe: a sum,
-    since the GPU's max.f32 drops NaN). Where the fallback is needed, T is not the inverse
-    (unit_lower_inverse forms it then)."""
-    b_T = b_A
-    wide = tile_max(b_A) > 1.0
-    if not wide:
-        if INVERSE == "f16_subst":
-            b_T = inverse_f16(b_A, BT, F16_DOT)
-        else:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
-        wide = T_f16_unsafe(b_T)
-    return b_T, wide
-
-
-@triton.jit
-def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                       INVERSE: tl.constexpr, F16_DOT: tl.constexpr = tl.float16):
-    """(I + A)^-1 for a strictly lower-triangular fp32 tile A [BT, BT]; LOG_BLOCKS = log2(BT / BLOCK).
-
-    1. The BLOCK x BLOCK diagonal blocks, all at once: INVERSE="substitution" by forward substitution
-       over their BLOCK rows (row r of every block in one step: elementwise work and reductions);
-       INVERSE="product" as (I - A_d)(I + A_d^2)(I + A_d^4)(I + A_d^8) (A_d^BLOCK = 0; matrix units
-       only, at tf32x3 because the partial products can exceed the inverse's entries).
-    2. With X = (I + A_diag)^-1 and N = X A_off (strictly block-lower, so N^(BT/BLOCK) = 0):
-       (I + A)^-1 = (I + N)^-1 X = (I - N)(I + N^2)(I + N^4)... X: a few BT^3 products.
-    INVERSE="blocks": "product" with X as a batch of BLOCK x BLOCK blocks (unit_lower_inverse_blocks).
-    INVERSE="blocks_parts": the same with each tf32x3 product from our own parts (split_dot.dot_tf32x3:
-    no guards against infinities, which these finite tiles do not need). INVERSE="blocks_f16": from
-    pairs of fp16 parts (split_dot.dot_f16x2) where the chunk's |A_ij| <= 1 (l2-normalised keys,
-    |beta| <= 1, g <= 0): the partial products then stay below C(15, 7) = 6435, inside fp16's range;
-    any other chunk takes "blocks_parts" (a branch per chunk on max |A_ij|).
-    INVERSE="blocks_f16_subst": "blocks_f16" with step 2 by block forward substitution on plain fp16
-    products (merge_f16; a chunk whose T leaves fp16's range takes "blocks_parts" as well).
-    INVERSE="f16_subst": the same with step 1 on plain fp16 products too (inverse_f16; BLOCK = 16).
-    INVERSE="f16_subst_t": "f16_subst" on the transposes (inverse_f16's TRANSPOSED).
-    """
-    if INVERSE == "blocks_f16":
-        # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
-        # tf32x3: a chunk whose beta exceeds 1 or whose gates grow (g > 0) takes the wide range.
-        if tile_max(b_A) <= 1.0:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
-        else:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
-        return b_T
-    if INVERSE == "f16_subst_t":
-        # (wy_split_factors forms A^T in place; here from A, for the inverse's own tests.)
-        b_At = tl.trans(b_A)
-        b_Tt = inverse_f16(b_At, BT, F16_DOT, True)
-        if f16_out_of_range(b_At, b_Tt):
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
-        else:
-            b_T = tl.trans(b_Tt)
-        return b_T
-    if INVERSE == "blocks_f16_subst" or INVERSE == "f16_subst":
-        # As blocks_f16, with the merge on plain fp16 products (merge_f16; f16_subst: every step,
-        # inverse_f16); a chunk whose T leaves fp16's range is formed again at tf32x3.
-        b_T, wide = inverse_f16_checked(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
-        if wide:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
-        return b_T
-    if INVERSE == "blocks" or INVERSE == "blocks_parts":
-        return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE == "blocks_parts")
-    o_i = tl.arange(0, BT)
-    same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
-    eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    b_Ad = tl.where(same_block, b_A, 0.0)
-    if INVERSE == "product":
-        b_X = eye - b_Ad
-        b_P = b_Ad
-        for _ in tl.static_range(1, 4):          # BLOCK = 16 = 2^4
-            b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
-            b_X = tl.dot(b_X, eye + b_P, input_precision="tf32x3")
-    else:
-        b_X = eye
-        for r in tl.static_range(1, BLOCK):
-            sel = (o_i % BLOCK) == r
-            # Row r of every diagonal block, each in its own block's columns.
-            b_a = tl.sum(tl.where(sel[:, None], b_Ad, 0.0), axis=0)
-            # Its product with the rows already solved (block-local because X is block-diagonal).
-            b_t = tl.sum(b_a[:, None] * b_X, axis=0)
-            b_X = tl.where(sel[:, None] & same_block, eye - b_t[None, :], b_X)
-    if BT > BLOCK:
-        b_N = tl.dot(b_X, tl.where(same_block, 0.0, b_A), input_precision="tf32x3")
-        b_R = eye - b_N
-        b_P = b_N
-        for _ in tl.static_range(1, LOG_BLOCKS):
-            b_P = tl.dot(b_P, b_P, input_precision="tf32x3")
-            b_R = tl.dot(b_R, eye + b_P, input_precision="tf32x3")
-        b_X = tl.dot(b_R, b_X, input_precision="tf32x3")
-    return b_X
 
 
 @triton.jit
@@ -591,22 +353,6 @@ def keys_gram(b_k, BT: tl.constexpr, USE_L2NORM: tl.constexpr):
         b_rk = l2norm_factors(tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_kk, 0.0), axis=1))
         b_kk = scaled_gram(b_kk, b_rk)
     return b_kk, b_rk
-
-
-@triton.jit
-def f16_out_of_range(b_A, b_T):
-    """Whether inverse_f16's T of A [BT, BT] needs the tf32x3 fallback (int32 1 or 0): inverse_f16_checked's
-    two tests (an entry |A_ij| > 1, or T_f16_unsafe), made after the inverse, so that no branch comes
-    before it."""
-    return ((tile_max(b_A) > 1.0) | T_f16_unsafe(b_T)).to(tl.int32)
-
-
-@triton.jit
-def T_f16_unsafe(b_T):
-    """Whether an fp16 inverse T [BT, BT] left fp16's range on the way: sum |T| past _F16_SAFE,
-    infinite or NaN (an overflow anywhere leaves an infinity or a NaN in T, which the sum keeps; a
-    finite sum below the bound bounds every entry)."""
-    return ~(tl.sum(tl.sum(tl.abs(b_T), axis=1), axis=0) <= _F16_SAFE)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""The in-chunk triangular inverse of the WY pass (gdn.ops.triton.wy.unit_lower_inverse) on its own,
+"""The in-chunk triangular inverse of the WY pass (gdn.ops.triton.inverse.unit_lower_inverse) on its own,
 in Triton's interpreter on a CPU machine (tests/conftest.py): each algorithm against a float64
 inverse, and the chunks that leave fp16's range taking the tf32x3 path; in the whole pass, that
 fallback after every head (wy_fallback="after") storing what the inline one stores."""
@@ -13,7 +13,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from gdn.ops.common import triton_interpreting  # noqa: E402
-from gdn.ops.triton.wy import unit_lower_inverse  # noqa: E402
+from gdn.ops.triton.inverse import unit_lower_inverse  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BT = 64
