@@ -10,6 +10,7 @@ the Triton wheel) reports registers and spills, cuobjdump the SASS.
     python3 benchmarks/compile_report.py --variants default,product --dump /tmp/gdn_asm
     python3 benchmarks/compile_report.py --shape 1,140 --heads 1,2,32,32 --num-segments 2 --check
     python3 benchmarks/compile_report.py --variants default --shape 8,4096 --lines 12   # where instructions go
+    python3 benchmarks/compile_report.py --variants default --shape 8,4096 --loop-lines 20   # ... in a walk's chunk
 
 Columns: w (warps), regs (per thread, 255 at most), spill st/ld (bytes a thread, ptxas -v), stack
 (bytes of local memory a thread), smem (bytes of shared memory a program; "!" past the 227 KiB one
@@ -153,28 +154,33 @@ _SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z
 _PREDICATED_BRA = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P[T0-9]+\s+BRA")
 
 
+def largest_loop(branches):
+    """(first, last) address of the largest loop among branches [(address, target, conditional)]: the
+    widest conditional backward branch (a loop's back edge), else the widest backward branch; (0, -1)
+    where there is none. (An mbarrier wait's retry is an unconditional branch back from a block ptxas
+    places after the epilogue: as the widest, it would count the epilogue as the loop's.)"""
+    loop = (0, -1)
+    for wanted in (True, False):
+        for addr, target, conditional in branches:
+            if (conditional or not wanted) and target < addr and addr - target > loop[1] - loop[0]:
+                loop = (target, addr)
+        if loop[1] >= 0:
+            break
+    return loop
+
+
 def sass_info(cubin):
-    """Opcode counts over the kernel and over its largest loop: the widest conditional backward branch
-    (a loop's back edge), else the widest backward branch. (An mbarrier wait's retry is an
-    unconditional branch back from a block ptxas places after the epilogue: as the widest, it would
-    count the epilogue as the loop's.)"""
+    """Opcode counts over the kernel and over its largest loop (largest_loop), and the SASS."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         Path(path).write_bytes(cubin)
         sass = subprocess.run([str(NVIDIA_BIN / "cuobjdump"), "-sass", path], capture_output=True,
                               text=True).stdout
     instrs = [(int(a, 16), op, rest) for a, op, rest in _SASS_LINE.findall(sass)]
-    loop = (0, -1)
     conditional = {int(a, 16) for a in _PREDICATED_BRA.findall(sass)}
-    for wanted in (True, False):
-        for addr, op, rest in instrs:
-            if op.startswith("BRA") and (addr in conditional or not wanted) and \
-                    (m := re.search(r"0x([0-9a-f]+)", rest)):
-                target = int(m.group(1), 16)
-                if target < addr and addr - target > loop[1] - loop[0]:
-                    loop = (target, addr)
-        if loop[1] >= 0:
-            break
+    branches = [(addr, int(m.group(1), 16), addr in conditional) for addr, op, rest in instrs
+                if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest))]
+    loop = largest_loop(branches)
 
     def count(selected):
         c = Counter(op.split(".")[0] for _, op, _ in selected)
@@ -193,13 +199,16 @@ def sass_info(cubin):
 
 
 _LINE_MARK = re.compile(r'//## File "([^"]+)", line (\d+)')
+_LABEL = re.compile(r"^(\.L\w+):")                  # nvdisasm's branch targets
+_LABEL_TARGET = re.compile(r"`\((\.L\w+)\)")
 
 
-def sass_by_line(ptx, arch):
+def sass_by_line(ptx, arch, loop_only=False):
     """SASS instructions per source line: the PTX through ptxas -lineinfo, then nvdisasm -g, which
     marks where each source line's instructions start (an inlined function's by its own file and
     line). Returns {(file name, line): Counter of opcodes}. Only the instructions under a mark are
-    counted (ptxas leaves some without one)."""
+    counted (ptxas leaves some without one). loop_only: only those of the largest loop (largest_loop
+    on this listing, whose branches name labels: one chunk of a walk, what its critical path runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.ptx")
         Path(src).write_text(ptx)
@@ -207,12 +216,26 @@ def sass_by_line(ptx, arch):
                        capture_output=True, check=True)
         listing = subprocess.run([str(NVIDIA_BIN / "nvdisasm"), "-g", "-c", src + ".o"], capture_output=True,
                                  text=True).stdout
-    lines, here = {}, None
+    marked, labels, pending, here = [], {}, [], None
     for text in listing.splitlines():
         if (mark := _LINE_MARK.search(text)):
             here = (Path(mark.group(1)).name, int(mark.group(2)))
-        elif here and (m := _SASS_LINE.search(text)):
-            lines.setdefault(here, Counter())[m.group(2).split(".")[0]] += 1
+        elif (label := _LABEL.match(text)):
+            pending.append(label.group(1))
+        elif (m := _SASS_LINE.search(text)):
+            addr = int(m.group(1), 16)
+            labels.update((name, addr) for name in pending)
+            pending = []
+            marked.append((addr, m.group(2), text, here))
+    loop = (0, 1 << 62)
+    if loop_only:
+        loop = largest_loop([(addr, labels[t.group(1)], "@" in text.split("BRA")[0])
+                             for addr, op, text, _ in marked
+                             if op.startswith("BRA") and (t := _LABEL_TARGET.search(text)) and t.group(1) in labels])
+    lines = {}
+    for addr, op, _, where in marked:
+        if where and loop[0] <= addr <= loop[1]:
+            lines.setdefault(where, Counter())[op.split(".")[0]] += 1
     return lines
 
 
@@ -313,6 +336,9 @@ def main(argv=None):
                     help="print each kernel's N source lines with the most SASS instructions (ptxas -lineinfo, "
                          "nvdisasm -g): where a kernel's instructions go (static counts: code behind a rarely "
                          "taken branch, e.g. the WY pass's tf32x3 fallback, counts as much as the main path)")
+    ap.add_argument("--loop-lines", type=int, default=0,
+                    help="the same for the instructions of each kernel's largest loop only (the loop column's: "
+                         "one chunk of a walk)")
     ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a kernel reads a uniform register nothing wrote (the ur? column)")
@@ -351,6 +377,9 @@ def main(argv=None):
             if args.lines:
                 for text in top_lines(sass_by_line(ck.asm["ptx"], arch), args.lines):
                     print("    " + text)
+            if args.loop_lines:
+                for text in top_lines(sass_by_line(ck.asm["ptx"], arch, loop_only=True), args.loop_lines):
+                    print("    loop " + text)
             if args.dump:
                 out = Path(args.dump) / re.sub(r"[^\w.+-]", "_", vname)
                 out.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py
     ("1,2,16,16", ["--variants", "bf16 parts&v4"]),     # w and u in one segment (factors "wu")
     ("1,2,32,32", ["--variants", "default", "--lines", "3"]),   # the fp16 walk; where its instructions go
     ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon t,gluon t beside"]),   # the Gluon walks
-    ("1,2,64,128", ["--variants", "gluon t"]),                 # V = 128: two programs a head
+    ("1,2,64,128", ["--variants", "gluon t", "--loop-lines", "3"]),   # V = 128: two programs a head; a chunk's lines
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
     ("1,2,64,64", ["--variants", "gluon t split,gluon t split beside", "--shape", "1,8192"]),   # after, beside WY
 ])
@@ -36,6 +36,10 @@ def test_no_uniform_register_read_before_its_write(heads, extra):
     assert "wy_kernel" in run.stdout
     if "--lines" in extra:                 # each kernel's 3 busiest source lines: "wy.py:123   456  FMUL 64, ..."
         assert len(re.findall(r"^    \w+\.py:\d+ +\d+  [A-Z]", run.stdout, re.M)) >= 6
+    if "--loop-lines" in extra:            # the walk's loop: its 3 busiest lines, each within the loop's count
+        loop = int(re.search(r"walk_t_kernel .* (\d+)(?:-\d+)?/\d+/\d+ ", run.stdout).group(1))
+        counts = [int(n) for n in re.findall(r"^    loop \w+\.py:\d+ +(\d+)  [A-Z]", run.stdout, re.M)]
+        assert len(counts) == 3 and all(0 < n <= loop for n in counts) and sum(counts) < loop, (loop, counts)
     gluon_kernels = ("walk_gluon_kernel", "walk_t_kernel")     # the Gluon walks' kernels
     assert any(name in run.stdout for name in gluon_kernels) == any("gluon" in arg for arg in extra)
     variants = extra[extra.index("--variants") + 1].split(",") if "--variants" in extra else []
