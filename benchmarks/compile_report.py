@@ -11,6 +11,7 @@ the Triton wheel) reports registers and spills, cuobjdump the SASS.
     python3 benchmarks/compile_report.py --shape 1,140 --heads 1,2,32,32 --num-segments 2 --check
     python3 benchmarks/compile_report.py --variants default --shape 8,4096 --lines 12   # where instructions go
     python3 benchmarks/compile_report.py --variants default --shape 8,4096 --loop-lines 20   # ... in a walk's chunk
+    python3 benchmarks/compile_report.py --variants default --shape 1,32768 --launches   # what a call launches
 
 Columns: w (warps), regs (per thread, 255 at most), spill st/ld (bytes a thread, ptxas -v), stack
 (bytes of local memory a thread), smem (bytes of shared memory a program; "!" past the 227 KiB one
@@ -111,6 +112,20 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     finally:
         forward.num_sms, forward._tma_ready = saved_sms, saved_tma
     return launches
+
+
+def describe_launch(fn, grid, args, kw) -> str:
+    """One recorded launch as text: the kernel, its grid, each argument (a tensor as its shape, strides
+    and dtype; a TMA descriptor as its shape, strides and block) and its keywords (constexprs and
+    launch options): what --launches prints, so that two versions of the launcher compare by diff."""
+    def arg(x):
+        if isinstance(x, torch.Tensor):
+            return f"{tuple(x.shape)}/{tuple(x.stride())}/{str(x.dtype).replace('torch.', '')}"
+        if hasattr(x, "block_shape") and hasattr(x, "strides"):
+            return f"desc{tuple(x.shape)}/{tuple(x.strides)}/{tuple(x.block_shape)}"
+        return repr(x)
+    keywords = ", ".join(f"{name}={arg(kw[name])}" for name in sorted(kw))
+    return f"{fn.__name__}[{grid}]({', '.join(arg(x) for x in args)}; {keywords})"
 
 
 def compile_launch(fn, args, kw, target):
@@ -339,6 +354,8 @@ def main(argv=None):
     ap.add_argument("--loop-lines", type=int, default=0,
                     help="the same for the instructions of each kernel's largest loop only (the loop column's: "
                          "one chunk of a walk)")
+    ap.add_argument("--launches", action="store_true",
+                    help="print each variant's launches (describe_launch) instead of compiling them")
     ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a kernel reads a uniform register nothing wrote (the ur? column)")
@@ -356,7 +373,8 @@ def main(argv=None):
     print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}{packed}, "
           f"H={H} HV={HV} K={K} V={V} {args.dtype}, chunk {args.chunk}, "
           f"{'no l2norm' if args.no_l2norm else 'l2norm'}, {args.num_sms} SMs")
-    print(HEADER)
+    if not args.launches:
+        print(HEADER)
     seen = {}
     for vname in args.variants.split(","):
         config_kw = config(vname)
@@ -364,6 +382,10 @@ def main(argv=None):
             launches = capture_launches(B, T, H, HV, K, V, args.num_sms, **{**problem, **config_kw})
         except ValueError as err:            # a knob this problem refuses (the launcher's own error)
             print(f"{vname:<22}refused: {err}")
+            continue
+        if args.launches:
+            for fn, grid, largs, lkw in launches:
+                print(f"{vname:<22}{describe_launch(fn, grid, largs, lkw)}")
             continue
         dumped = Counter()
         for fn, grid, largs, lkw in launches:

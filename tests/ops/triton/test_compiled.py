@@ -2,7 +2,8 @@
 no read of a uniform register that nothing wrote. ptxas of Triton 3.6 emitted such reads as the
 shared-memory base of the WY pass's wgmma at chunk 64 and K < 64, which gave wrong results on an H200
 with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles and scans; it runs in a
-process of its own, because it must compile for real where this suite sets TRITON_INTERPRET."""
+process of its own, because it must compile for real where this suite sets TRITON_INTERPRET. Also
+its --launches listing (no compiling) and its per-line counts."""
 import os
 import re
 import subprocess
@@ -13,6 +14,18 @@ import pytest
 
 pytest.importorskip("triton")
 REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py"
+
+
+def test_launches_are_listed_without_compiling():
+    """--launches prints each recorded launch (kernel, grid, arguments' shapes, constexprs) and compiles
+    nothing: at B1 x T32k the default's five launches, the WY pass first."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(REPORT), "--variants", "default", "--shape", "1,32768", "--launches"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    kernels = re.findall(r"^default +(\w+)\[", run.stdout, re.M)
+    assert kernels == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel", "walk_t_kernel"]
+    assert "HEADS=2" in run.stdout and "regs" not in run.stdout
 
 
 @pytest.mark.parametrize("heads, extra", [
