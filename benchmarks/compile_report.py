@@ -48,6 +48,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gdn.ops.triton.forward as forward         # noqa: E402
+import gdn.ops.triton.plan as planning           # noqa: E402  (its device probes, replaced for an sm_90 target)
 import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
 import gdn.ops.triton.split_walk as split_walk   # noqa: E402
 import gdn.ops.triton.walk_gluon_t as walk_gluon_t   # noqa: E402
@@ -93,10 +94,10 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens; with an
     initial state if ``initial_state``)."""
     launches = []
-    saved_sms, saved_tma = forward.num_sms, forward._tma_ready
+    saved_sms, saved_tma = planning.num_sms, planning._tma_ready
     try:
-        forward.num_sms = lambda device: num_sms
-        forward._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
+        planning.num_sms = lambda device: num_sms
+        planning._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
         k = torch.empty_like(q)
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
@@ -110,7 +111,7 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         with kernels_swapped(lambda name, fn: _Recorder(fn, launches)):
             forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
-        forward.num_sms, forward._tma_ready = saved_sms, saved_tma
+        planning.num_sms, planning._tma_ready = saved_sms, saved_tma
     return launches
 
 

@@ -1,4 +1,5 @@
-"""Named configurations of the Triton forward (keywords of ``triton_forward``), shared by the tests,
+"""Named configurations of the Triton forward (keywords of ``triton_forward``, which
+gdn.ops.triton.plan.plan_forward resolves and documents), shared by the tests,
 benchmarks/compile_report.py (registers and spills, no GPU needed), benchmarks/gpu_check.py (timing)
 and ``gdn bench --configs``.
 

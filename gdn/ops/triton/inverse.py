@@ -57,7 +57,6 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     SUBST_F16: the merge by block forward substitution on plain fp16 products instead (merge_f16)."""
     NB: tl.constexpr = BT // BLOCK
     o_i = tl.arange(0, BT)
-    o_b = tl.arange(0, NB)
     o_j = tl.arange(0, BLOCK)
     same_block = (o_i[:, None] // BLOCK) == (o_i[None, :] // BLOCK)
     b_Ad = diagonal_blocks(b_A, BT, BLOCK)

@@ -85,9 +85,9 @@ def test_triton_bf16(segments, walk_tma, q_late):
     assert_close(S, S_ref, rtol=1e-2, name="S")
 
 
-# Knobs of the bf16 paths (triton_forward's docstring, gdn.ops.triton.configs): the defaults (the split
-# paths), v2's substitution inverse without splits, the split WY pass and state walk apart, other part
-# counts, block widths and pipelining.
+# Knobs of the bf16 paths (gdn.ops.triton.plan.plan_forward's docstring, gdn.ops.triton.configs): the
+# defaults (the split paths), v2's substitution inverse without splits, the split WY pass and state walk
+# apart, other part counts, block widths and pipelining.
 BF16_VARIANTS = [
     {},
     OLD,
@@ -201,6 +201,7 @@ def test_triton_bf16_overlap_flags(group, stages, operands, heads, hv, monkeypat
     import faulthandler
     import inspect
     import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
     from gdn.ops.triton.schedule import choose_flag_group
     q, k, v, g, beta, S0 = random_inputs(1, 280, 1, hv, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51 + group, device=DEVICE)
@@ -214,7 +215,7 @@ def test_triton_bf16_overlap_flags(group, stages, operands, heads, hv, monkeypat
             groups.append(kw["GROUP"])
     spy_launches(monkeypatch, "wy_kernel", record)
     # The flags need fewer walk programs than SMs (the interpreter's 4): room for four heads' walks.
-    monkeypatch.setattr(forward, "num_sms", lambda device: 2 * hv)
+    monkeypatch.setattr(planning, "num_sms", lambda device: 2 * hv)
     faulthandler.dump_traceback_later(300, exit=True)      # a count short of its group would spin forever
     try:
         for h0 in (S0, None):
@@ -312,7 +313,8 @@ def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
     the walk's cap only when asked for (walk_maxnreg).
     As compiled for a GPU (the interpreter takes no cap); recorded, not run (meta tensors)."""
     import gdn.ops.triton.forward as forward
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
+    import gdn.ops.triton.plan as planning
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
     caps = []
     spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: caps.append(kw.get("maxnreg")), run=False)
     walk_caps = []
@@ -471,7 +473,7 @@ def test_triton_tma_needs_16_byte_starts_and_rows():
     """The walk's tiles move by TMA only where the hardware can (addresses in 16-byte multiples);
     elsewhere the same walk runs through block pointers, here into an output that starts 2 bytes in."""
     from gdn.ops.triton import triton_forward
-    from gdn.ops.triton.forward import _tma_ready
+    from gdn.ops.triton.plan import _tma_ready
     q, k, v, g, beta, _ = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=3, device=DEVICE)
     shifted = torch.empty(v.numel() + 1, dtype=v.dtype, device=DEVICE)[1:].view(v.shape)
     assert _tma_ready(q, k, v) and not _tma_ready(q, k, v, shifted)

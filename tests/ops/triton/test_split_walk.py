@@ -242,11 +242,12 @@ def _record_walks(monkeypatch, T, **kw):
     (recorded, not run: meta tensors, the interpreter's 4 SMs), as [(kernel, constexprs)]. With
     operands="fp16", which a GPU's 132 SMs choose at 32 value heads, and 4 SMs at one would not."""
     import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
     import gdn.ops.triton.walk_gluon as walk_gluon
     import gdn.ops.triton.walk_gluon_t as walk_gluon_t
     from tests.ops.triton.launches import spy_launches
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
-    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     seen = []
     for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
                          (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
@@ -297,8 +298,9 @@ def test_split_walk_refusals(monkeypatch):
     another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
     segment or warm-up counts."""
     import gdn.ops.triton.forward as forward
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
-    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+    import gdn.ops.triton.plan as planning
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
 
     def call(B=2, T=128, **kw):
         q = torch.empty(B, T, 1, 64, dtype=torch.bfloat16, device="meta")

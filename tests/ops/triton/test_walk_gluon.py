@@ -144,6 +144,7 @@ def test_gluon_walk_refusals(monkeypatch):
     bf16-parts walk, pieces, chunks other than 64 rows, other than 4 warps, more shared memory than an
     SM has; and no interpreter. Meta tensors: the refusals come before any launch."""
     import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
 
     def call(B=1, T=128, K=64, device="meta", **kw):
         q = torch.empty(B, T, 1, K, dtype=torch.bfloat16, device=device)
@@ -154,13 +155,13 @@ def test_gluon_walk_refusals(monkeypatch):
     g = torch.zeros(1, 64, 1, device="meta")
     with pytest.raises(ValueError, match="walk must be None, 'triton', 'gluon' or 'gluon_t'"):
         forward.triton_forward(q, q, q, g, g, scale=0.125, use_qk_l2norm=True, walk="cuda")
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
-    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     for kw in (dict(K=32), dict(pieces=2, overlap="pieces"), dict(operands="bf16_parts"), dict(chunk_size=32),
                dict(walk_warps=8), dict(K=256, block_v=32, walk_stages=3)):
         with pytest.raises(ValueError, match="walk='gluon' needs the fp16 walk"):
             call(**kw)
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: True)
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: True)
     with pytest.raises(ValueError, match="needs an sm_90 CUDA GPU"):
         call()
 
@@ -173,11 +174,12 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     one piece or CUDA graphs' pieces there, block_v or walk_stages given, other chunk sizes or K.
     Recorded, not run (meta tensors, as on an sm_90 GPU with 132 SMs)."""
     import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
     import gdn.ops.triton.walk_gluon as walk_gluon
     import gdn.ops.triton.walk_gluon_t as walk_gluon_t
-    monkeypatch.setattr(forward, "triton_interpreting", lambda: False)
-    monkeypatch.setattr(forward, "_tma_ready", lambda *tensors: True)
-    monkeypatch.setattr(forward, "num_sms", lambda device: 132)
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)
     walks = []
     spy_launches(monkeypatch, "_chunk_fwd_kernel", lambda grid, args, kw: walks.append("triton"), run=False)
     flags = []

@@ -1,0 +1,79 @@
+"""What a call of the Triton forward runs (gdn.ops.triton.plan.plan_forward): decisions only, on meta
+tensors, with the device probes standing in for an H200 (132 SMs, sm_90, TMA-aligned tensors) where
+a test says so. No kernel runs."""
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import gdn.ops.triton.plan as planning  # noqa: E402
+from gdn.ops.triton.plan import plan_forward  # noqa: E402
+
+
+def tensors(B, T, H=16, HV=32, K=128, V=128, dtype=torch.bfloat16):
+    """q [B, T, H, K] and v [B, T, HV, V] on the meta device."""
+    return (torch.empty(B, T, H, K, dtype=dtype, device="meta"),
+            torch.empty(B, T, HV, V, dtype=dtype, device="meta"))
+
+
+@pytest.fixture
+def h200(monkeypatch):
+    """The probes of an H200 outside the interpreter: 132 SMs, tensors as torch allocates them there."""
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)
+
+
+def test_the_bench_shapes_take_the_measured_defaults(h200):
+    """B8 x T4k fills the GPU: the transposed Gluon walk after the WY pass, no flags; B1 x T32k does
+    not: the Gluon walk beside the WY pass, waiting on its counts, with the automatic split. Both on
+    fp16 operands, two value heads a WY program, the fp16 inverse with its fallback after the heads."""
+    q, v = tensors(8, 4096)
+    wide = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+    assert (wide.walk, wide.flags, wide.pieces, wide.BV, wide.NT) == ("gluon_t", False, 1, 64, 64)
+    q, v = tensors(1, 32768)
+    one = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+    assert (one.walk, one.flags, one.auto_split, one.BV, one.NT) == ("gluon", True, True, 32, 512)
+    assert one.pieces > 1 and one.wy_maxnreg is None            # beside the walk: no register cap
+    for p in (wide, one):
+        assert (p.f16, p.t_in, p.attn_in, p.wy_heads, p.inverse, p.wy_fallback) == \
+            (True, True, True, 2, "f16_subst", "after")
+
+
+def test_fp32_inputs_take_tf32x3_without_splits():
+    """fp32 inputs: no bf16 parts, no fp16 walk, the product inverse, tf32x3 products."""
+    q, v = tensors(2, 300, H=2, HV=2, K=64, V=64, dtype=torch.float32)
+    p = plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True)
+    assert (p.wy_split, p.state_split, p.f16, p.inverse, p.precision) == (0, 0, False, "product", "tf32x3")
+    assert (p.BT, p.BK, p.NT) == (64, 64, 5)
+
+
+def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
+    """T = 0: nothing to launch (None), yet a knob that no call takes is still refused, by name."""
+    q, v = tensors(1, 0, H=1, HV=2, K=64, V=64)
+    assert plan_forward(q, v, None, scale=0.125, use_qk_l2norm=False) is None
+    with pytest.raises(ValueError, match="chunk_size 16, 32 or 64, got 128"):
+        plan_forward(q, v, None, scale=0.125, use_qk_l2norm=False, chunk_size=128)
+
+
+@pytest.mark.parametrize("knobs, message", [
+    (dict(walk_loads="some"), "walk_loads must be 'dots' or 'all'"),
+    (dict(state_split=3), "state_split must be 0 or 2"),
+    (dict(wy_heads=3), "wy_heads must be a power of two dividing HV // H = 2"),
+    (dict(inverse="lu"), "inverse must be one of"),
+    (dict(operands="fp8"), "operands must be 'bf16_parts' or 'fp16'"),
+    (dict(flag_group=0), "flag_group must be a positive int"),
+    (dict(split_warmup=0), "split_warmup must be an int of at least 1"),
+    (dict(bounds_priority=True), "bounds_priority must be an int"),
+    (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
+])
+def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):
+    q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
+    with pytest.raises(ValueError, match=message):
+        plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True, **knobs)
+
+
+def test_an_unknown_knob_is_a_type_error():
+    q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
+    with pytest.raises(TypeError, match="walk_stage"):
+        plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True, walk_stage=2)
