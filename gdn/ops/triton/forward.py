@@ -224,7 +224,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                 P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
             auto = None if P_s < 2 else auto
         if auto is None:
-            with side_streams(q.device, 1) as (main, side):
+            with side_streams(q.device, 1, priorities=(p.walk_priority,)) as (main, side):
                 wy_pass(0, NT, done)
                 with on_stream(side):
                     state_walk(0, 1 << 30, h0, ht, done=done)
@@ -240,8 +240,8 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         # which the ordered walk alone waits on): the flags' argument holds as without the split.
         from .walk_gluon import shared_descriptors
         posterior = p.split_check == "posterior"              # (no second side stream: no bounds beside)
-        with side_streams(q.device, 1 if posterior else 2, priorities=(-2,) if posterior else (-2, p.bounds_priority)) \
-                as (main, side, *side2):
+        priorities = (p.walk_priority,) if posterior else (p.walk_priority, p.bounds_priority)
+        with side_streams(q.device, len(priorities), priorities=priorities) as (main, side, *side2):
             wy_pass(0, NT, done)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):

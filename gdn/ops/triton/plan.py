@@ -123,6 +123,7 @@ class Plan:
     split_check: str
     split_beside: bool
     bounds_priority: int
+    walk_priority: int            # the walk's side stream beside the WY pass (flags)
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -133,7 +134,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  attention="stored", factors=None, longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS,
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
-                 split_check=None, bounds_priority=-1) -> Plan | None:
+                 split_check=None, bounds_priority=-1, walk_priority=-2) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -244,6 +245,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     side stream that forms the certificates' bounds beside the WY pass (lower is higher; default -1,
     above the caller's 0, below the ordered walk's -2). On an H200 (NOTES.md v30) 0 took 5-11% off
     the WY pass at B = 1 but made the walk wait as long for the bounds after it: no faster end to end.
+    ``walk_priority`` (flags: the walk beside the WY pass, and the automatic split's ordered walk): the
+    CUDA stream priority of the walk's side stream (default -2, above the WY pass's 0, so that its
+    programs are placed as soon as an SM has room and the walk never queues behind the WY pass). A
+    reading of v32's B = 1 timeline (NOTES.md), not yet measured: while the ordered walk's programs
+    (192 KB of shared memory each) wait to be placed at -2 the GPU places none of the WY pass's, so
+    with decaying gates, where every head takes the split and those programs return at once, the WY
+    pass drains for nothing (4-13% of it); 0 tests that reading.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -501,8 +509,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
             and split_warmup > splits.POSTERIOR_MAX_WARMUP:
         raise ValueError(f"split_warmup must be at most {splits.POSTERIOR_MAX_WARMUP} chunks with "
                          f"split_check='posterior' (its margin), got {split_warmup}")
-    if isinstance(bounds_priority, bool) or not isinstance(bounds_priority, numbers.Integral):
-        raise ValueError(f"bounds_priority must be an int (a CUDA stream priority), got {bounds_priority!r}")
+    for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")
     if forced_split and (walk != "gluon_t" or cu_seqlens is not None or (B > 1 and T % BT != 0)):
         raise ValueError("split_walk (the certified split) takes walk='gluon_t' on dense sequences whose chunks "
                          f"read no other sequence's rows (B = 1 or T a multiple of the chunk), got walk={walk!r}"
@@ -531,4 +540,5 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 longest_first=longest_first, pieces=pieces, flags=flags, beside=beside, ring=ring,
                 flag_group=flag_group, overlap=overlap, outputs=outputs, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
-                split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority, common=common)
+                split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
+                walk_priority=walk_priority, common=common)
