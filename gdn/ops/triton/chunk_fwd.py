@@ -38,7 +38,8 @@ from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts, tile_max
 from .walk_f16 import pow2_below_inverse, walk_chunk_f16
-from .wy import counting_head, load_chunk, load_chunk_decays, load_chunk_square
+from .chunk_io import load_chunk, load_chunk_decays, load_chunk_square
+from .wy import counting_head
 
 
 @triton.jit

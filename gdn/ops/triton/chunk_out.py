@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .addressing import row_vec, rows_block
 from .split_dot import dot_parts, dot_split
-from .wy import load_chunk_square
+from .chunk_io import load_chunk_square
 
 
 @triton.jit

@@ -60,7 +60,7 @@ import triton.language as tl
 from .addressing import load_rows, store_rows
 from .decay import _LOG2E, exp_ftz
 from .split_dot import tile_max, to_f16
-from .wy import load_chunk, load_chunk_decays
+from .chunk_io import load_chunk, load_chunk_decays
 
 
 @triton.jit
