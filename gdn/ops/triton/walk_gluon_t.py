@@ -145,7 +145,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False):
+            LONGEST_FIRST: gl.constexpr = False, TOKEN_DECAYS: gl.constexpr = False):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -154,7 +154,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     to NT. OUT: q S and o formed (o^T through o_s, by TMA at row_base + c BT). Returns the state, its
     scales, chunk c_hi's decays and b_Gsum plus these chunks' log-decays. CHECKPOINT (SPLIT 3 and 4):
     before chunk c_ck, where ck_live, the state's column norms (_checkpoint; the rest of the
-    arguments are its)."""
+    arguments are its). TOKEN_DECAYS: the decays loaded one token a thread (_chunk_decays' TOKENS)."""
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -166,7 +166,8 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_Gsum += b_G_last
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t,
+                                                           TOKEN_DECAYS)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
         # Each column's largest state entry, before the products: b_S's registers read while a product
@@ -250,7 +251,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr,
+                  TOKEN_DECAYS: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -284,7 +286,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     (earlier in the grid).
     CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
     seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
-    (walk_gluon's SKIP walks them in order)."""
+    (walk_gluon's SKIP walks them in order).
+    TOKEN_DECAYS (without SPLIT): each chunk's decays loaded one token a thread (_chunk_decays' TOKENS)."""
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
@@ -369,7 +372,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
                 p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
         b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, TOKEN_DECAYS)
     b_Gsum0 = gl.zeros([], gl.float32)                # _chunks' running sum of log-decays starts at 0
     if SPLIT >= 3:
         if SPLIT == 3:
@@ -396,7 +399,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l)
+            OUT, acc_t, a_t, a_s, col_l, scol_l, TOKEN_DECAYS=TOKEN_DECAYS)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -450,7 +453,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         gl.store(ht + i_state + o_state, b_S)
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None):
+                 done=None, group=1, split=None, split_heads=None, descs=None, token_decays=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -459,8 +462,10 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     and 4) after it.
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here). The launcher (gdn.ops.triton.forward)
-    checks the shapes first; the checks here guard direct calls."""
+    shared_descriptors of these tensors, or None (made here). token_decays: the unsplit walk loads each
+    chunk's decays one token a thread (walk_t_kernel's TOKEN_DECAYS; the split's segments keep their
+    own loads, which spill with it). The launcher (gdn.ops.triton.forward) checks the shapes first;
+    the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
@@ -489,4 +494,5 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         walk_t_kernel[(P * (V // BV) * N * HV,)](
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, **flags, num_warps=4)
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, TOKEN_DECAYS=token_decays and split is None,
+            **flags, num_warps=4)

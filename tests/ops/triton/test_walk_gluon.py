@@ -14,14 +14,17 @@ from tests.tolerances import assert_fp16_walk_close
 pytest.importorskip("triton")
 
 
-WALKS = ["gluon", "gluon_t"]
+WALKS = ["gluon", "gluon_t", "gluon_t tokens"]       # "tokens": walk_gluon_t's decays one token a thread
+KNOBS = {"gluon": dict(walk="gluon"), "gluon_t": dict(walk="gluon_t"),
+         "gluon_t tokens": dict(walk="gluon_t", walk_decays="tokens")}
 BLOCKS = {"gluon": (32, 64), "gluon_t": (64,)}       # state columns a program
-SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}     # where the defaults pick other shapes
+SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1), "gluon_t tokens": dict(block_v=64, walk_stages=1)}
 
 
 def _walk(name, shape=True):
-    """A WALKS entry as triton_forward's keywords: the walk and (shape) the shape it takes."""
-    return dict(walk=name, **(SHAPE[name] if shape else {}))
+    """A WALKS entry as triton_forward's keywords: the walk (and its knobs) and (shape) the shape it
+    takes where the defaults pick another."""
+    return dict(**KNOBS[name], **(SHAPE[name] if shape else {}))
 
 
 def _kernels():
