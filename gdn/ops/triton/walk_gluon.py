@@ -165,17 +165,16 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
     """The cumulative log-decays G [BT] of the chunk from token t0 (rows past T take G_last), its last
     token's G_last and its first's G_0; zeros for a chunk past the end (the loads ahead of the last).
     G comes in o_t's layout, where each thread holds the tokens of its accumulator columns (16 of them
-    in walk_gluon_t: 16 loads, each with its 64-bit address). TOKENS: loaded one token a thread, then
-    moved to that layout through shared memory (walk_gluon_t's wide walk: 1266 -> 1166 instructions
-    and 18 -> 3 global loads a chunk, compiled; not yet timed, NOTES.md v33)."""
+    in walk_gluon_t: 16 loads, each with its 64-bit address). TOKENS: G in a layout of one token a
+    thread instead (one load each), for walk_gluon_t's TOKEN_DECAYS, which forms the decays there and
+    moves them to the columns (NOTES.md v33)."""
     row0 = (row_base + t0).to(gl.int64)
     live = t0 < T
     b_G_last = gl.load(Gc + (row0 + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * HV + i_hv, mask=live, other=0.0)
     if TOKENS:
         o_tok = gl.arange(0, BT, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
         m_tok = (t0 + o_tok) < T
-        b_G = gl.convert_layout(gl.where(m_tok, gl.load(Gc + (row0 + o_tok) * HV + i_hv, mask=m_tok, other=0.0),
-                                         b_G_last), o_t.type.layout)
+        b_G = gl.where(m_tok, gl.load(Gc + (row0 + o_tok) * HV + i_hv, mask=m_tok, other=0.0), b_G_last)
     else:
         m_t = (t0 + o_t) < T
         b_G = gl.where(m_t, gl.load(Gc + (row0 + o_t) * HV + i_hv, mask=m_t, other=0.0), b_G_last)

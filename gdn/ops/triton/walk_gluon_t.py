@@ -154,7 +154,9 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     to NT. OUT: q S and o formed (o^T through o_s, by TMA at row_base + c BT). Returns the state, its
     scales, chunk c_hi's decays and b_Gsum plus these chunks' log-decays. CHECKPOINT (SPLIT 3 and 4):
     before chunk c_ck, where ck_live, the state's column norms (_checkpoint; the rest of the
-    arguments are its). TOKEN_DECAYS: the decays loaded one token a thread (_chunk_decays' TOKENS)."""
+    arguments are its). TOKEN_DECAYS: the chunk's decays G loaded one token a thread (_chunk_decays'
+    TOKENS, carried so), e^{G - G_0} and e^{G_C - G} formed there, one exponential a token, and moved
+    to the columns' layout through shared memory (the same values: the same bits)."""
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -194,20 +196,29 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         # (Kept as its two vectors, not as a [BV, BT] tile: live until o's product, that tile's 32
         # registers a thread made ptxas spill.)
         b_aG = gl.exp2(b_G0 * _LOG2E + b_ld)
-        b_eT = exp_ftz(b_G - b_G0)
+        if TOKEN_DECAYS:                   # (a token a thread: one exponential each, then to the columns)
+            b_eT = gl.convert_layout(exp_ftz(b_G - b_G0), o_t.type.layout)
+        else:
+            b_eT = exp_ftz(b_G - b_G0)
         b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
         b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
                             use_acc=False, is_async=True)
+        if TOKEN_DECAYS:                   # (while U's product runs)
+            b_dc = exp_ftz(b_G_last - b_G)
+            if MASK_ROWS:
+                b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
+            b_dc = gl.convert_layout(b_dc, o_t.type.layout)
         if OUT:
             b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         else:
             b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
-        b_dc = exp_ftz(b_G_last - b_G)
-        if MASK_ROWS:
-            b_dc = gl.where(m_t, b_dc, 0.0)
+        if not TOKEN_DECAYS:
+            b_dc = exp_ftz(b_G_last - b_G)
+            if MASK_ROWS:
+                b_dc = gl.where(m_t, b_dc, 0.0)
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
         b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
@@ -287,7 +298,8 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
     seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
     (walk_gluon's SKIP walks them in order).
-    TOKEN_DECAYS (without SPLIT): each chunk's decays loaded one token a thread (_chunk_decays' TOKENS)."""
+    TOKEN_DECAYS (without SPLIT): each chunk's decays loaded and exponentiated one token a thread (_chunks').
+    """
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
