@@ -132,7 +132,7 @@ CONFIGS = {
     # (B = 1 with decaying gates: does its programs' wait for room drain the WY pass? plan_forward's
     # walk_priority)
     "walk prio 0": dict(walk_priority=0),
-    # v33 (compiled, not yet timed): the wide walk's decays loaded one token a thread (walk_decays)
+    # v33 (compiled, not yet timed): walk_gluon_t's decays loaded one token a thread (walk_decays)
     "walk decays tokens": dict(walk_decays="tokens"),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)

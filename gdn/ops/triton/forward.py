@@ -271,7 +271,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             splits.last_heads = skip_heads
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
-                         split_heads=skip_heads, descs=walk_descs)
+                         split_heads=skip_heads, descs=walk_descs, token_decays=p.walk_decays == "tokens")
         return o, ht
 
     if p.pieces > 1:

@@ -253,12 +253,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     (192 KB of shared memory each) wait to be placed at -2 the GPU places none of the WY pass's, so
     with decaying gates, where every head takes the split and those programs return at once, the WY
     pass drains for nothing (4-13% of it); 0 tests that reading.
-    ``walk_decays`` how walk_gluon_t's unsplit walk (the wide default) forms each chunk's decays:
-    "columns" (the default) each thread those of its accumulator columns, 16 loads with their 64-bit
-    addresses and 32 exponentials; "tokens" one token a thread (one load, two exponentials), moved to
-    the columns through shared memory: the same bits, 1266 -> 1064 instructions a chunk at B8 x T4k
-    (1649 -> 1174 packed), compiled, no spills; v23 took 4.5% off this walk with 100 fewer; not yet
-    timed. The split's segments keep "columns" (with "tokens" they spilled).
+    ``walk_decays`` how walk_gluon_t (the wide default, and the split's segments at B = 1) forms each
+    chunk's decays: "columns" (the default) each thread those of its accumulator columns, 16 loads
+    with their 64-bit addresses and 32 exponentials; "tokens" one token a thread (one load, two
+    exponentials), moved to the columns through shared memory: the same bits, 1266 -> 1064
+    instructions a chunk at B8 x T4k, 1551 -> 1297 in the posterior split's segments at B1 x T32k,
+    fewer spills everywhere (compiled; v23 took 4.5% off this walk with 100 fewer; not yet timed).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,

@@ -298,7 +298,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
     seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
     (walk_gluon's SKIP walks them in order).
-    TOKEN_DECAYS (without SPLIT): each chunk's decays loaded and exponentiated one token a thread (_chunks').
+    TOKEN_DECAYS: each chunk's decays loaded and exponentiated one token a thread (_chunks').
     """
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
@@ -394,7 +394,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l)
+                False, acc_t, a_t, a_s, col_l, scol_l, TOKEN_DECAYS=TOKEN_DECAYS)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -405,7 +405,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, TOKEN_DECAYS)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
@@ -474,10 +474,9 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     and 4) after it.
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here). token_decays: the unsplit walk loads each
-    chunk's decays one token a thread (walk_t_kernel's TOKEN_DECAYS; the split's segments keep their
-    own loads, which spill with it). The launcher (gdn.ops.triton.forward) checks the shapes first;
-    the checks here guard direct calls."""
+    shared_descriptors of these tensors, or None (made here). token_decays: each chunk's decays loaded
+    and exponentiated one token a thread (walk_t_kernel's TOKEN_DECAYS). The launcher
+    (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
@@ -506,5 +505,5 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         walk_t_kernel[(P * (V // BV) * N * HV,)](
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, TOKEN_DECAYS=token_decays and split is None,
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, TOKEN_DECAYS=token_decays,
             **flags, num_warps=4)
