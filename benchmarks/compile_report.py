@@ -55,12 +55,9 @@ import gdn.ops.triton.walk_gluon_t as walk_gluon_t   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 
 # (module, name) of every kernel the launcher may run: the Gluon walks' live in their own modules.
-KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel",
-                                             "_chunk_out_kernel")) + ((walk_gluon, "walk_gluon_kernel"),
-                                                                      (walk_gluon_t, "walk_t_kernel"),
-                                                                      (split_walk, "_chunk_growth_kernel"),
-                                                                      (split_walk, "_segment_bounds_kernel"),
-                                                                      (split_walk, "_forgetting_kernel"))
+KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")) + (
+    (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"), (split_walk, "_chunk_growth_kernel"),
+    (split_walk, "_segment_bounds_kernel"), (split_walk, "_forgetting_kernel"))
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 

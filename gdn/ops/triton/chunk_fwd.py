@@ -34,7 +34,6 @@ import triton
 import triton.language as tl
 
 from .addressing import load_rows, row_tile, rows_block, rows_desc, store_rows
-from .chunk_out import ring_offsets, stored_attention_outputs
 from .decay import chunk_decay
 from .split_dot import bf16_parts, dot_parts, dot_split, load_parts, split_dot, store_parts, tile_max
 from .walk_f16 import pow2_below_inverse, walk_chunk_f16
@@ -129,22 +128,29 @@ def _segment_maps_kernel(
 
 
 @triton.jit
-def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
+def stored_attention_outputs(b_nqS, b_rq, scale, b_G, b_P, b_P2, b_u1, b_u2, FUSED: tl.constexpr = False):
+    """One chunk's outputs o = (q S) scale r_q e^G + P U [BT, BV] (fp32) from -(q S) (b_nqS), the
+    output attention P that the WY pass stored (its two bf16 parts; wy.store_attention) and the two
+    bf16 parts of U (P U as one product with FUSED: split_dot.dot_split)."""
+    b_o = b_nqS * (-b_rq * scale * tl.exp(b_G))[:, None]
+    return dot_split(b_P, b_P2, 2, b_u1, b_u2, b_o, FUSED)
+
+
+@triton.jit
+def _walk_chunk(c, b_S, tensors, where, scale,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
                 FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr,
-                ATTN_IN: tl.constexpr, T_IN: tl.constexpr, OUT_RING: tl.constexpr, FUSED: tl.constexpr,
+                ATTN_IN: tl.constexpr, T_IN: tl.constexpr, FUSED: tl.constexpr,
                 Q_REGS: tl.constexpr = False, TMA: tl.constexpr = False, Q_LATE: tl.constexpr = False):
     """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
-    outputs (or, with OUT_RING, its ring slots), and the state after it, returned. tensors, rings
-    and where: the kernel's pointers (with TMA, descriptors for q, k, v, the parts of P and T and o)
-    and this program's place, as tuples."""
+    outputs, and the state after it, returned. tensors and where: the kernel's pointers (with TMA,
+    descriptors for q, k, v, the parts of P and T and o) and this program's place, as tuples."""
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
-    ring_s, ring_s2, ring_u, ring_u2 = rings
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
         q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
-        not OUT_RING and not Q_LATE, rq, rk, SPLIT > 0, TMA)
+        not Q_LATE, rq, rk, SPLIT > 0, TMA)
     if T_IN:     # the values in u's place: U is formed from them below
         b_u = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     else:
@@ -159,11 +165,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
             b_G = tl.cumsum(b_g, axis=0)
         # The parts of -S serve both products with S: U = u + w (-S) (or k S), and q S = -(q (-S)).
         b_s1, b_s2, b_s3 = bf16_parts(-b_S, SPLIT, DOT_DTYPE)
-        if OUT_RING:           # the chunk's start state, for the outputs beside the walk
-            o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, K, V, o_k, o_v)
-            tl.store(ring_s + o_ring, b_s1.to(tl.bfloat16), mask=m_kv)
-            tl.store(ring_s2 + o_ring, b_s2.to(tl.bfloat16), mask=m_kv)
-        # FUSED (T_IN, outputs here): each product of parts as ONE matrix product (split_dot.dot_split:
+        # FUSED (T_IN): each product of parts as ONE matrix product (split_dot.dot_split:
         # one wait for the matrix units instead of 2-3; the chain's latency, not its arithmetic, sets
         # the walk's pace where it takes one program an SM).
         if T_IN:
@@ -175,22 +177,15 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
             b_U = dot_split(b_T, b_T2, 2, b_z1, b_z2, None, FUSED)                                   # the real writes
         else:
             b_U = dot_parts(b_w, b_w2, b_w3, SPLIT, b_s1, b_s2, b_s3, SPLIT, b_u.to(tl.float32))   # the real writes
-        if not OUT_RING:
-            if Q_LATE:        # q loaded where it is used: its own barrier, not k's (TMA)
-                b_q = load_rows(q, tok0, i_h, T_seq, c * BT, H, K, BT, BK, 0, TMA).to(b_k.dtype)
-            if Q_REGS:
-                # q through registers (the mask changes nothing: rows past the end are zeros already):
-                # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
-                # extra one), 16 KB, which three stages need to leave room for a WY program beside.
-                b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
-            b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
-        if OUT_RING:
-            b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
-            o_ring = ring_offsets(RING_BASE + c - C_BEGIN, i_nh, NHV, BT, V, o_t, o_v)
-            m_ring = m_t[:, None] & m_v[None, :]
-            tl.store(ring_u + o_ring, b_u1.to(tl.bfloat16), mask=m_ring)
-            tl.store(ring_u2 + o_ring, b_u2.to(tl.bfloat16), mask=m_ring)
-        elif ATTN_IN:
+        if Q_LATE:        # q loaded where it is used: its own barrier, not k's (TMA)
+            b_q = load_rows(q, tok0, i_h, T_seq, c * BT, H, K, BT, BK, 0, TMA).to(b_k.dtype)
+        if Q_REGS:
+            # q through registers (the mask changes nothing: rows past the end are zeros already):
+            # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
+            # extra one), 16 KB, which three stages need to leave room for a WY program beside.
+            b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
+        b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                       # -(q S)
+        if ATTN_IN:
             # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
             b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE, TMA)
             b_u1, b_u2, b_u3 = bf16_parts(b_U, SPLIT, DOT_DTYPE)
@@ -218,8 +213,7 @@ def _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV,
         b_o = (b_o + _mm(b_attn, b_U, FAST_DOTS, PRECISION, DOT_DTYPE)) * scale
         b_kd = b_k.to(tl.float32) * (b_rk * tl.exp(b_G_last - b_G))[:, None]
         b_S = b_S * tl.exp(b_G_last) + _mm(tl.trans(b_kd), b_U, FAST_DOTS, PRECISION, DOT_DTYPE)
-    if not OUT_RING:
-        store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
+    store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     return b_S
 
 
@@ -236,16 +230,16 @@ def wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr, HE
         n_done = tl.atomic_add(p_done, 0, sem="acquire")
 
 
-@triton.jit(do_not_specialize=["C_BEGIN", "C_END", "RING_BASE"])     # piece bounds: one compiled kernel for all
+@triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
-    cu_seqlens, seq_order, ring_s, ring_s2, ring_u, ring_u2, done, scale, T, L, P, C_BEGIN, C_END, RING_BASE, NHV,
+    cu_seqlens, seq_order, done, scale, T, L, P, C_BEGIN, C_END,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
     FAST_DOTS: tl.constexpr, PRECISION: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT: tl.constexpr = 0,
     HAS_MAPS: tl.constexpr = True, ATTN_IN: tl.constexpr = False, T_IN: tl.constexpr = False,
-    LONGEST_FIRST: tl.constexpr = False, OUT_RING: tl.constexpr = False, FUSED: tl.constexpr = False,
+    LONGEST_FIRST: tl.constexpr = False, FUSED: tl.constexpr = False,
     WAIT: tl.constexpr = False, GROUP: tl.constexpr = 1, AHEAD: tl.constexpr = 1, Q_REGS: tl.constexpr = False,
     ALL_LOADS: tl.constexpr = False, TMA: tl.constexpr = False, Q_LATE: tl.constexpr = False,
     F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
@@ -259,24 +253,20 @@ def _chunk_fwd_kernel(
     ATTN_IN): the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of
     w and u, and the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S)).
     IS_VARLEN with LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders
-    them longest first). OUT_RING (with ATTN_IN, dense, one segment): no outputs here; chunk c's start
-    state (the bf16 parts of -S) and writes U (two bf16 parts) go to ring slot RING_BASE + c - C_BEGIN
-    of ring_s, ring_s2 [slots, NHV, K, V] and ring_u, ring_u2 [slots, NHV, BT, V] for
-    gdn.ops.triton.chunk_out, which forms the outputs beside the walk. FUSED (T_IN, outputs here, BV <=
-    32): each product of bf16 parts as one matrix product (split_dot.dot_cat). WAIT (one segment, C_BEGIN = 0):
-    the WY pass runs beside the walk over the same chunks and counts the chunks of each group of GROUP
-    it has finished in done [N, groups, HV] (wy_kernel's SIGNAL); the walk waits for a group's count
-    before it loads anything of it: AHEAD chunks before it needs the group (AHEAD >= the loop's
-    pipeline stages, whose loads run AHEAD - 1 chunks ahead of the chunk being formed). Q_REGS (FUSED):
-    q reaches its product through registers, not straight from its pipeline buffers (one buffer
-    fewer: three stages then fit beside a WY program). ALL_LOADS: the loop is pipelined in AHEAD stages
-    through tl.range, which takes every load of the loop, not only those that feed products (the
-    kernel's num_stages): r_q, which only scales the outputs, then comes ahead like the rest. TMA
-    (T_IN, outputs here): q, k, v, the parts of P and T, and o move by TMA through descriptors of
-    this program's sequence and head (addressing.rows_desc): no per-thread addresses, and each
-    pipelined load gets its own barrier, so a product waits for its operands only. Q_LATE: q is loaded right before its
-    product, after k S (in the TTGIR of the TMA walk it then gets a barrier of its own: the chunk's
-    first wait is for k alone)."""
+    them longest first). FUSED (T_IN, BV <= 32): each product of bf16 parts as one matrix product
+    (split_dot.dot_cat). WAIT (one segment, C_BEGIN = 0): the WY pass runs beside the walk over the
+    same chunks and counts the chunks of each group of GROUP it has finished in done [N, groups, HV]
+    (wy_kernel's SIGNAL); the walk waits for a group's count before it loads anything of it: AHEAD
+    chunks before it needs the group (AHEAD >= the loop's pipeline stages, whose loads run AHEAD - 1
+    chunks ahead of the chunk being formed). Q_REGS (FUSED): q reaches its product through registers,
+    not straight from its pipeline buffers (one buffer fewer: three stages then fit beside a WY
+    program). ALL_LOADS: the loop is pipelined in AHEAD stages through tl.range, which takes every load
+    of the loop, not only those that feed products (the kernel's num_stages): r_q, which only scales
+    the outputs, then comes ahead like the rest. TMA (T_IN): q, k, v, the parts of P and T, and o move
+    by TMA through descriptors of this program's sequence and head (addressing.rows_desc): no
+    per-thread addresses, and each pipelined load gets its own barrier, so a product waits for its
+    operands only. Q_LATE: q is loaded right before its product, after k S (in the TTGIR of the TMA
+    walk it then gets a barrier of its own: the chunk's first wait is for k alone)."""
     # Grid (V blocks x sequences x value heads, segments): one flat first axis (CUDA caps the second
     # at 65535, which thousands of packed sequences pass), the V blocks of a head side by side.
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -323,14 +313,14 @@ def _chunk_fwd_kernel(
                 b_A = tl.load(maps_A + o_A, mask=m_k[:, None] & m_k[None, :], other=0.0).to(tl.float32)
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
-    tl.static_assert(not FUSED or (T_IN and not OUT_RING), "FUSED: the writes from T, the outputs here")
-    tl.static_assert(not F16 or (T_IN and not OUT_RING and not HAS_MAPS and USE_L2NORM),
-                     "F16: the writes from T, the outputs here, one segment, l2-normalised q and k")
+    tl.static_assert(not FUSED or T_IN, "FUSED: the writes from T")
+    tl.static_assert(not F16 or (T_IN and not HAS_MAPS and USE_L2NORM),
+                     "F16: the writes from T, one segment, l2-normalised q and k")
     b_sig = tl.full([], 1.0, tl.float32)         # F16: the walk holds sigma S (walk_f16)
     if F16 and HAS_H0:
         b_sig = pow2_below_inverse(tile_max(b_S))
         b_S = b_S * b_sig
-    tl.static_assert(not TMA or (T_IN and not OUT_RING), "TMA: the loads of the walk that forms U and o")
+    tl.static_assert(not TMA or T_IN, "TMA: the loads of the walk that forms U from T diag(beta)")
     if TMA:           # made once: this program's sequence and head, tiles of the shapes it loads
         d_q, d_k = rows_desc(q, tok0, i_h, T_seq, H, K, BT, BK), rows_desc(k, tok0, i_h, T_seq, H, K, BT, BK)
         d_v, d_o = rows_desc(v, tok0, i_hv, T_seq, HV, V, BT, BV), rows_desc(o, tok0, i_hv, T_seq, HV, V, BT, BV)
@@ -341,7 +331,6 @@ def _chunk_fwd_kernel(
         tensors = (d_q, d_k, g, beta, w, w2, w3, u, rq, rk, Gc, d_P, d_P2, d_v, d_T, d_T2, d_o)
     else:
         tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
-    rings = (ring_s, ring_s2, ring_u, ring_u2)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
     # F16: the WY pass counts each group of value heads (which share q and k, stored by the first).
     COUNTED: tl.constexpr = HV // H if F16 else 1
@@ -362,9 +351,8 @@ def _chunk_fwd_kernel(
             b_S, b_sig = walk_chunk_f16(c, b_S, b_sig, tensors, where, scale, H, HV, K, V, BT, BK, BV, DOT_DTYPE,
                                         F16_DOT, TMA)
         else:
-            b_S = _walk_chunk(c, b_S, tensors, rings, where, scale, C_BEGIN, RING_BASE, NHV, H, HV, K, V, BT, BK,
-                              BV, USE_L2NORM, FAST_DOTS, PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, OUT_RING,
-                              FUSED, Q_REGS, TMA, Q_LATE)
+            b_S = _walk_chunk(c, b_S, tensors, where, scale, H, HV, K, V, BT, BK, BV, USE_L2NORM, FAST_DOTS,
+                              PRECISION, DOT_DTYPE, SPLIT, ATTN_IN, T_IN, FUSED, Q_REGS, TMA, Q_LATE)
 
     if STORE_FINAL:
         if i_p == P - 1:

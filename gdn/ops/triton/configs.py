@@ -41,9 +41,6 @@ CONFIGS = {
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
     "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
-    "outputs beside": dict(outputs="beside"),         # outputs in a kernel beside the walk, 32-chunk pieces
-    "outputs beside 64": dict(outputs="beside", ring_chunks=64),   # the same in 64-chunk pieces
-    "outputs beside 16": dict(outputs="beside", pieces=16),   # pieces spelled out
     "wy substitution": dict(inverse="substitution"),
     "wy3 + v2 walk": dict(wy_split=3, state_split=0, attention="walk"),
     # pieces: the WY pass of piece i + 1 beside the walk of piece i (automatic: 8 at B1 x T32k)

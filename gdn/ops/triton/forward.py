@@ -34,7 +34,6 @@ import triton
 from . import plan as planning          # (the device probes: replaced there by tests and compile_report)
 from . import split_walk as splits      # (plan_forward's split_walk argument shadows the module's name)
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
-from .chunk_out import _chunk_out_kernel
 from .plan import plan_forward
 from .schedule import cdiv, next_pow2, on_stream, on_tensor_device, side_streams
 from .wy import wy_kernel
@@ -140,31 +139,21 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             FALLBACK_AFTER=p.wy_fallback == "after", **p.common, **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
-    fused_walk = p.fused and p.t_in and not p.ring and BV <= 32 and not p.f16     # each product of parts as one
+    fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
     walk_q, walk_k = (qn, kn) if p.f16 else (q, k)      # the fp16 walk reads the WY pass's normalised copies
-    tma = ((fused_walk or (p.f16 and BV <= 32)) if p.walk_tma is None else p.walk_tma and p.t_in and not p.ring) and \
+    tma = ((fused_walk or (p.f16 and BV <= 32)) if p.walk_tma is None else p.walk_tma and p.t_in) and \
         planning._tma_ready(walk_q, walk_k, v, o)
     if tma and q.is_cuda and not planning.triton_interpreting():
         _ensure_allocator()
-
-    rings = (dummy,) * 4
-    piece_chunks = cdiv(NT, p.pieces)          # the most chunks a piece holds: its ring slots
-    if p.ring:
-        # Two pieces of chunk states (bf16 parts of -S) and writes (bf16 parts of U).
-        slots = 2 * piece_chunks
-        ring_states = torch.empty(2, slots, N * HV, K, V, dtype=torch.bfloat16, device=q.device)
-        ring_writes = torch.empty(2, slots, N * HV, BT, V, dtype=torch.bfloat16, device=q.device)
-        rings = (ring_states[0], ring_states[1], ring_writes[0], ring_writes[1])
 
     split = None                   # walk_gluon_t's certified split (split_walk: formed beside the WY pass)
     skip_heads = None              # the automatic split's heads, which walk_gluon then skips
     walk_descs = None              # descriptors both Gluon walks read (the automatic split launches both)
 
-    def state_walk(c_first, c_end, h_in, h_out, ring_base=0, done=None):
-        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o (or, with
-        the ring, the chunks' states and writes from slot ring_base on) and, when h_out is given, the
-        state after the last chunk."""
+    def state_walk(c_first, c_end, h_in, h_out, done=None):
+        """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and, when
+        h_out is given, the state after the last chunk."""
         if p.walk == "gluon":            # all chunks from h0 in one launch (pieces only with flags: done)
             from .walk_gluon import walk_gluon
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
@@ -181,22 +170,16 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         _chunk_fwd_kernel[(NV * N * HV, P)](
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
-            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order, *rings,
-            dummy if done is None else done, scale, T, L, P, c_first, c_end, ring_base, N * HV, BV=BV,
+            maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order,
+            dummy if done is None else done, scale, T, L, P, c_first, c_end, BV=BV,
             IS_VARLEN=cu_seqlens is not None, WAIT=done is not None, GROUP=flag_group if done is not None else 1,
             AHEAD=p.walk_stages, HAS_H0=h_in is not None, STORE_FINAL=h_out is not None, FAST_DOTS=p.fast_dots,
             SPLIT=p.state_split,
             HAS_MAPS=P > 1, ATTN_IN=p.attn_in, T_IN=p.t_in,
-            LONGEST_FIRST=p.longest_first and cu_seqlens is not None, OUT_RING=p.ring,
+            LONGEST_FIRST=p.longest_first and cu_seqlens is not None,
             FUSED=fused_walk, Q_REGS=fused_walk and p.walk_stages >= 3, ALL_LOADS=p.walk_loads == "all", TMA=tma,
             Q_LATE=p.q_late, F16=p.f16, F16_DOT=p.f16_dot,
             **walk_launch, **_maxnreg(p.walk_maxnreg))
-
-    def output_pass(c_first, c_end, ring_base):
-        """The outputs of chunks c_first .. c_end - 1 from the ring (slots ring_base on), in parallel."""
-        _chunk_out_kernel[(NV, c_end - c_first, N * HV)](
-            q, rq, Gc, attn, attn2, *rings, o, scale, T, N * HV, c_first, ring_base, H=H, HV=HV, K=K, V=V, BT=BT,
-            BK=BK, BV=BV, USE_L2NORM=use_qk_l2norm, DOT_DTYPE=p.dot_dtype, num_warps=p.num_warps)
 
     if p.flags and p.pieces > 1:
         # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting
@@ -277,36 +260,22 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
     if p.pieces > 1:
         # The WY pass of piece i + 1 runs beside the walk of piece i: the walk fills each SM with one
         # latency-bound program and leaves room for a WY program. The state is carried between pieces.
-        # With the ring, the outputs of piece i are formed on a third stream beside the walk of piece
-        # i + 1; the walk of piece i + 2 reuses piece i's ring slots, so it waits for those outputs.
         bounds = [NT * i // p.pieces for i in range(p.pieces + 1)]
         carry = ht if ht is not None else torch.empty(N, HV, K, V, dtype=torch.float32, device=q.device)
-        outputs_done = []
-        with side_streams(q.device, 2 if p.ring else 1) as (main, side, *rest):
-            cuda = main is not None
+        with side_streams(q.device, 1) as (main, side):
             for i in range(p.pieces):
                 wy_pass(bounds[i], bounds[i + 1] - bounds[i])
-                if cuda:                                       # the walk waits for this piece's WY pass
+                if main is not None:                           # the walk waits for this piece's WY pass
                     side.wait_event(main.record_event())
-                    if p.ring and i >= 2:
-                        side.wait_event(outputs_done[i - 2])
                 with on_stream(side):
-                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry, (i % 2) * piece_chunks)
-                if p.ring:
-                    if cuda:
-                        rest[0].wait_event(side.record_event())
-                    with on_stream(rest[0]):
-                        output_pass(bounds[i], bounds[i + 1], (i % 2) * piece_chunks)
-                    if cuda:
-                        outputs_done.append(rest[0].record_event())
+                    state_walk(bounds[i], bounds[i + 1], h0 if i == 0 else carry, carry)
         return o, ht
 
     if p.forced_split:
         splits.last_outcome = None
         programs = N * HV * NV
         capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
-        beside_ok = (p.split_beside and p.overlap == "flags" and p.t_in and p.outputs == "walk" and p.beside
-                     and not capturing)
+        beside_ok = p.split_beside and p.overlap == "flags" and p.t_in and p.beside and not capturing
         P_s, L_s, W_s, group, beside_split = splits.plan(p.split_walk, p.split_warmup, NT, programs,
                                                          planning.num_sms(q.device), flag_group, beside_ok)
         if P_s > 1 and beside_split:

@@ -28,7 +28,6 @@ from .schedule import cdiv, choose_flag_group, choose_pieces, choose_segments, c
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
             "substitution")   # inverse.unit_lower_inverse
-RING_CHUNKS = 32         # outputs="beside": chunks a piece at most (the ring holds two pieces)
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -112,10 +111,8 @@ class Plan:
     pieces: int
     flags: bool                   # the WY pass counts its chunks; the walk beside it waits on the counts
     beside: bool                  # a WY program fits beside each walk program
-    ring: bool                    # outputs by a kernel beside the walk, from a ring of two pieces
     flag_group: int
     overlap: str
-    outputs: str
     auto_split: bool
     forced_split: object          # split_walk where given (False: never; True or a segment count)
     split_walk: object
@@ -132,7 +129,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                  state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
                  num_stages=1, wy_maxnreg=None, walk_maxnreg=None, wy_heads=None, wy_fallback=None, walk_warps=None,
-                 attention="stored", factors=None, longest_first=True, outputs="walk", ring_chunks=RING_CHUNKS,
+                 attention="stored", factors=None, longest_first=True,
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2, walk_decays="columns") -> Plan | None:
@@ -162,11 +159,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``wy_split``); "wu" has it store w and u (64 KB) for
     U = u - w S (v4; the segment maps always read w and u). ``longest_first`` (varlen; default on)
     walks the longest sequences first, so that no long walk starts in the last wave (the lengths
-    sorted on the device, no host sync). ``outputs="beside"`` (split walk with stored attention, in
-    pieces; not the default: benchmarks/NOTES.md v6; see gdn.ops.triton.chunk_out) forms each
-    piece's outputs in a parallel kernel beside the walk of the next piece, from the chunks' states
-    and writes left in a ring of two pieces (pieces of at most ``ring_chunks`` chunks, more pieces
-    than asked if need be). The split walk uses ``block_v`` columns of the state per program and
+    sorted on the device, no host sync). The split walk uses ``block_v`` columns of the state per program and
     ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
     1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched; the fp16 walk there takes 3 stages, its loads two chunks
@@ -321,7 +314,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
     # fp16 and v as it is (their values are not sums of bf16 parts, which the bf16-split walk needs).
     f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and use_qk_l2norm and abs(scale) <= 256
-                  and outputs == "walk" and attention == "stored" and factors != "wu" and wy_split != 0
+                  and attention == "stored" and factors != "wu" and wy_split != 0
                   and num_segments in (None, 1) and state_split == 2 and not fast_dots and wy_dtype == torch.float32)
     split_inputs = q.dtype == torch.bfloat16 or f16_inputs
     state_split = state_split if split_inputs and not fast_dots and wy_dtype == torch.float32 else 0
@@ -390,11 +383,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # (split path with stored attention, one segment: the segment maps read w and u).
     if flag_group is None:
         flag_group = choose_flag_group(NT)
-    for name, value in (("ring_chunks", ring_chunks), ("flag_group", flag_group)):
-        if not _is_int(value, 1):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if outputs not in ("walk", "beside"):
-        raise ValueError(f"outputs must be 'walk' or 'beside', got {outputs!r}")
+    if not _is_int(flag_group, 1):
+        raise ValueError(f"flag_group must be a positive int, got {flag_group!r}")
     if overlap not in ("pieces", "flags"):
         raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
     if factors not in (None, "wu", "t"):
@@ -402,13 +392,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     t_in = attn_in and P == 1 and factors != "wu"
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
-    f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256 and outputs == "walk"
+    f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
         raise ValueError("operands='fp16' needs bf16 or fp16 inputs, use_qk_l2norm=True, |scale| <= 256 and the "
-                         "walk that forms the writes from T diag(beta) and the outputs (one segment, factors='t', "
-                         "outputs='walk', attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
+                         "walk that forms the writes from T diag(beta) (one segment, factors='t', "
+                         "attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
     assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
     if wy_heads is None:
@@ -447,7 +437,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # A WY program fits beside a walk program on one SM: 32 columns (or walk_gluon_t's 64 at one stage).
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and (
         BV <= 32 and walk_stages <= 3 or walk == "gluon_t" and BV == 64 and walk_stages == 1)
-    flags = (overlap == "flags" and t_in and outputs == "walk" and beside and N * HV * NV < num_sms(q.device)
+    flags = (overlap == "flags" and t_in and beside and N * HV * NV < num_sms(q.device)
              and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
     # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k; the state and
@@ -537,17 +527,14 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         # 5% slower at B1 x T32k (NOTES.md v15). Two heads a program spill and serialise their matrix
         # products at 168: ~1% slower than no cap there (v16).
         wy_maxnreg = 168
-    ring = outputs == "beside" and attn_in and pieces > 1      # else the walk forms the outputs
-    if ring:         # the ring holds two pieces: at most ring_chunks chunks each, whatever T
-        pieces = min(NT, max(pieces, cdiv(NT, ring_chunks)))
     return Plan(B=B, T=T, H=H, K=K, HV=HV, V=V, N=N, BT=BT, BK=BK, BV=BV, NV=NV, NT=NT, BLOCK=BLOCK, P=P, L=L,
                 precision=precision, dot_dtype=dot_dtype, f16_dot=f16_dot, wy_dtype=wy_dtype, wy_split=wy_split,
                 state_split=state_split, inverse=inverse, attn_in=attn_in, t_in=t_in, f16=f16, wy_heads=wy_heads,
                 wy_fallback=wy_fallback, wy_maxnreg=wy_maxnreg, num_warps=num_warps, num_stages=num_stages, walk=walk,
                 walk_stages=walk_stages, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
                 walk_loads=walk_loads, walk_tma=walk_tma, q_late=q_late, fast_dots=fast_dots,
-                longest_first=longest_first, pieces=pieces, flags=flags, beside=beside, ring=ring,
-                flag_group=flag_group, overlap=overlap, outputs=outputs, auto_split=auto_split,
+                longest_first=longest_first, pieces=pieces, flags=flags, beside=beside,
+                flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, walk_decays=walk_decays, common=common)

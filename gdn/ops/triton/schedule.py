@@ -89,9 +89,8 @@ _SIDE_STREAMS: dict[tuple[int, int, int, int], torch.cuda.Stream] = {}
 def side_streams(device: torch.device, count: int = 1, priorities: tuple[int, ...] | None = None):
     """(main, side, ...): the caller's stream and ``count`` side streams, each starting after the work
     queued so far; the caller's stream waits for all of them on exit. By default the first, for the
-    state walk, has the highest priority (-2); the next (the outputs beside the walk, which the walk
-    two pieces on waits for) the next highest (-1), so that neither queues behind the WY passes the
-    caller's stream holds; ``priorities`` gives each side stream's instead (lower is higher, 0 the
+    state walk, has the highest priority (-2), any further one the next highest (-1), so that none
+    queues behind the WY passes the caller's stream holds; ``priorities`` gives each side stream's instead (lower is higher, 0 the
     default streams'). Nones off CUDA: the interpreter runs everything in order."""
     if device.type != "cuda":
         yield (None,) * (count + 1)

@@ -343,43 +343,6 @@ def test_triton_wy_registers_capped_where_it_runs_alone(monkeypatch):
             record(2, **{knob: -1})
 
 
-@pytest.mark.parametrize("factors, l2norm", [("t", True), ("wu", False)])
-def test_triton_bf16_outputs_beside_the_walk(factors, l2norm):
-    """outputs="beside": the walk of each piece leaves its chunks' states and writes in a ring of two
-    pieces and a parallel kernel forms the outputs (on a GPU beside the next piece's walk). The same
-    products on the same parts: the outputs equal those of the unfused walk (fused=False), bit for
-    bit. 9 chunks in 4 pieces (ring slots reused), a partial last chunk, grouped heads, with and
-    without an initial state."""
-    from gdn.ops.triton import triton_forward
-    q, k, v, g, beta, S0 = random_inputs(2, 280, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
-                                         seed=31 + l2norm, device=DEVICE)
-    for h0 in (S0, None):
-        kw = dict(scale=32 ** -0.5, initial_state=h0, output_final_state=True, use_qk_l2norm=l2norm,
-                  chunk_size=32, pieces=4, **dict(SPLIT, factors=factors))
-        o_walk, S_walk = triton_forward(q, k, v, g, beta, fused=False, **kw)
-        o = torch.full_like(v, float("nan"))
-        o, S = triton_forward(q, k, v, g, beta, outputs="beside", out=o, **kw)
-        _assert_same_and_close((o, S), (o_walk, S_walk), (q, k, v, g, beta), h0, l2norm)
-    with pytest.raises(ValueError, match="outputs must be"):
-        triton_forward(q, k, v, g, beta, scale=0.25, outputs="ring")
-
-
-def test_triton_outputs_beside_bounds_the_ring(monkeypatch):
-    """Pieces asked for are raised so that each holds at most ring_chunks chunks (the ring's size
-    does not grow with T): 2 pieces asked, 2 chunks a piece allowed -> 5 pieces of 9 chunks."""
-    import gdn.ops.triton.forward as forward
-    q, k, v, g, beta, S0 = random_inputs(1, 280, 1, 2, 32, 32, dtype=torch.bfloat16, initial_state=True,
-                                         seed=41, device=DEVICE)
-    kw = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, chunk_size=32,
-              operands="bf16_parts")
-    o_walk, S_walk = forward.triton_forward(q, k, v, g, beta, pieces=5, fused=False, **kw)
-    launches = []
-    spy_launches(monkeypatch, "_chunk_out_kernel", lambda grid, args, kw: launches.append(grid))
-    o, S = forward.triton_forward(q, k, v, g, beta, pieces=2, outputs="beside", ring_chunks=2, **kw)
-    assert [grid[1] for grid in launches] == [1, 2, 2, 2, 2]          # chunks a piece: 9 * i // 5
-    assert torch.equal(o, o_walk) and torch.equal(S, S_walk)
-
-
 @pytest.mark.parametrize("C, K", [(16, 32), (32, 32), (64, 16), (64, 32), (64, 48)])
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_triton_bf16_split_chunk_sizes(C, K, l2norm):

@@ -86,9 +86,9 @@ def test_fp16_walk_on_a_state_erased_within_a_chunk():
 
 
 def test_fp16_walk_where_it_does_not_apply(monkeypatch):
-    """Without l2norm (q and k unbounded), with segments, with |scale| > 256 or outputs beside the walk
-    the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16 there is an
-    error naming what it needs."""
+    """Without l2norm (q and k unbounded), with segments, with |scale| > 256 or w and u stored
+    (factors="wu") the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16
+    there is an error naming what it needs."""
     from gdn.ops.triton import triton_forward
     seen = launch_flags(monkeypatch)
     q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
