@@ -28,7 +28,7 @@ import triton.testing
 
 from gdn import gated_delta_rule
 from gdn.cli.bench import parse_shapes, random_cu_seqlens
-from gdn.cli.timing import random_problem
+from gdn.cli.timing import host_ms, random_problem
 from gdn.ops.triton import triton_forward
 from gdn.ops.triton.configs import CONFIGS, config
 
@@ -265,13 +265,8 @@ def timing() -> None:
                 cells.append(f"{'n/a':>15}")
                 continue
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(10):
-                fn()
-            host_ms = (time.perf_counter() - start) * 100
-            torch.cuda.synchronize()
-            cells.append(f"{f'{ms:.3f}/{host_ms:.2f}':>15}")
+            host_per_call = host_ms(fn, "cuda")
+            cells.append(f"{f'{ms:.3f}/{host_per_call:.2f}':>15}")
         print(f"{cname:<22}" + "".join(cells), flush=True)
 
 

@@ -5,8 +5,10 @@ over all providers; wall clock on a CPU), peak memory on a GPU, the ratio of eac
 ours, and our time against the floor (the larger of bytes / copy bandwidth and chunk-algorithm
 FLOPs / matmul rate). With --graphs (GPU) each forward is also timed as the replay of a CUDA graph
 that captured it (mode "fwd-graph": no host work a call, so a slow host cannot set the pace; a
-provider that cannot be captured is skipped there). Prints a table, writes results.json and a PNG
-plot (when matplotlib is installed) under --out.
+provider that cannot be captured is skipped there). On a GPU the fwd rows also record each
+provider's host milliseconds a call (timing.host_ms: its Python and launches); where ours nears its
+time, the row measured the host, not the kernels. Prints a table, writes results.json and a PNG plot
+(when matplotlib is installed) under --out.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch
 
 from .. import gated_delta_rule
 from .peers import available_peers
-from .timing import median_ms, random_problem
+from .timing import host_ms, median_ms, random_problem
 
 GPU_SHAPES = "1x8192,1x32768,1x131072,8x4096,32x2048,varlen32768/16"
 CPU_SHAPES = "1x512,1x2048,1x8192"
@@ -165,7 +167,7 @@ def run_bench(args) -> None:
             inputs = random_problem(B, T, args.H, HV, args.K, args.V, device=device, dtype=dtype, gates=gates)
             cu = random_cu_seqlens(T, pieces, device) if pieces else None
             for mode in modes:
-                row = dict(shape=label, gates=gates, mode=mode, ms={}, peak_gib={}, B=B, T=T)
+                row = dict(shape=label, gates=gates, mode=mode, ms={}, peak_gib={}, host_ms={}, B=B, T=T)
                 backward = mode == "fwd+bwd"
                 if backward:
                     inputs = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in inputs)
@@ -179,6 +181,8 @@ def run_bench(args) -> None:
                         row["ms"][name] = min(ms, row["ms"].get(name, ms))
                 for name in ready:
                     fn = providers[name]
+                    if on_gpu and mode == "fwd":
+                        row["host_ms"][name] = host_ms(ready[name], device)
                     if on_gpu and mode != "fwd-graph":       # (a graph's memory is its own pool's)
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
@@ -186,7 +190,8 @@ def run_bench(args) -> None:
                         _call(fn, inputs, cu, backward)
                         torch.cuda.synchronize()
                         row["peak_gib"][name] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
-                    print(f"  {label:>16} {gates:>8} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms"
+                    host = f" (host {row['host_ms'][name]:.3f} ms a call)" if name in row["host_ms"] else ""
+                    print(f"  {label:>16} {gates:>8} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms{host}"
                           f"{'' if keep else '   (warm-up pass, not kept)'}", flush=True)
                 row["floor_ms"] = floor_ms(B, T, args.H, HV, args.K, args.V, 2) if on_gpu else None
                 if keep:
@@ -197,9 +202,12 @@ def run_bench(args) -> None:
 
 
 def _print_table(rows, providers) -> None:
+    """The rows as a markdown table: each provider's ms, each peer's time over ours, ours against the
+    floor, and (where rows recorded it: GPU fwd) our host ms a call."""
     peers = [p for p in providers if not p.startswith("gdn")]
+    with_host = any("gdn" in r.get("host_ms", {}) for r in rows)
     head = "| shape | gates | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
-        " | ".join(f"{p}/gdn" for p in peers) + " | gdn % of floor |"
+        " | ".join(f"{p}/gdn" for p in peers) + " | gdn % of floor |" + (" gdn host ms |" if with_host else "")
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
@@ -207,8 +215,10 @@ def _print_table(rows, providers) -> None:
         cells = [f"{ms[p]:.3f}" if p in ms else "-" for p in providers]
         ratios = [f"{ms[p] / ms['gdn']:.2f}x" if p in ms and "gdn" in ms else "-" for p in peers]
         floor = f"{100 * r['floor_ms'] / ms['gdn']:.0f}%" if "gdn" in ms and r["floor_ms"] else "-"
+        host = r.get("host_ms", {})
+        tail = (f" {host['gdn']:.3f} |" if "gdn" in host else " - |") if with_host else ""
         print(f"| {r['shape']} | {r['gates']} | {r['mode']} | " + " | ".join(cells) + " | " +
-              " | ".join(ratios) + f" | {floor} |")
+              " | ".join(ratios) + f" | {floor} |" + tail)
 
 
 def _write_json(rows, out: str, machine: str) -> None:

@@ -25,6 +25,24 @@ def median_ms(fn, device: str, *, repeats: int = 5, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def host_ms(fn, device: str, *, calls: int = 10) -> float:
+    """The host's milliseconds a call of ``fn()`` (its Python and launches): ``calls`` calls issued back
+    to back, timed on the host. On a GPU the queue is drained first and not waited for inside, so the
+    GPU runs behind the host: when this nears median_ms's reading, the launches, not the kernels, set
+    the pace (the B = 1 shapes on a slow host, benchmarks/NOTES.md v32). On the CPU the host's time
+    is the whole call's."""
+    cuda = str(device).startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    if cuda:
+        torch.cuda.synchronize()
+    return elapsed * 1e3 / calls
+
+
 def random_problem(B, T, H, HV, K, V, *, device="cpu", dtype=torch.float32, gates="decaying", seed=0):
     """q, k, v in ``dtype``; g, beta float32. gates: "decaying" = logsigmoid(randn + 4) (memory fades
     within a few chunks), "long" = logsigmoid(randn + 9) (long memory), as in GUIDE.md section 2."""

@@ -130,3 +130,22 @@ def test_bench_warm_pass_times_the_first_shape_twice(tmp_path, capsys):
                                                          ("varlen96/3", "decaying"), ("varlen96/3", "long")]
     run_bench(_args(tmp_path))
     assert "not kept" not in capsys.readouterr().out
+
+
+def test_table_shows_our_host_ms_where_rows_recorded_it(capsys):
+    """GPU fwd rows carry each provider's host ms a call: the table then adds ours, and a row without
+    it (fwd-graph) shows a dash; rows without any (the CPU's) keep the table as it was."""
+    import gdn.cli.bench as bench
+    rows = [dict(shape="1x32768", gates="decaying", mode="fwd", ms={"gdn": 0.9, "fla": 2.0},
+                 host_ms={"gdn": 0.75, "fla": 0.2}, floor_ms=0.28),
+            dict(shape="1x32768", gates="decaying", mode="fwd-graph", ms={"gdn": 0.85, "fla": 1.9}, host_ms={},
+                 floor_ms=0.28)]
+    bench._print_table(rows, ["gdn", "fla"])
+    out = capsys.readouterr().out
+    assert "| gdn % of floor | gdn host ms |" in out
+    assert "| 1x32768 | decaying | fwd | 0.900 | 2.000 | 2.22x | 31% | 0.750 |" in out
+    assert "| 1x32768 | decaying | fwd-graph | 0.850 | 1.900 | 2.24x | 33% | - |" in out
+    for r in rows:
+        r["host_ms"] = {}
+    bench._print_table(rows, ["gdn", "fla"])
+    assert "host ms" not in capsys.readouterr().out
