@@ -184,7 +184,7 @@ def _walk_chunk(c, b_S, tensors, where, scale,
             # its pipeline then keeps one buffer fewer (a product's shared-memory operand takes an
             # extra one), 16 KB, which three stages need to leave room for a WY program beside.
             b_q = tl.where(m_t[:, None], b_q, 0.0).to(b_k.dtype)
-        b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                       # -(q S)
+        b_qS = dot_split(b_q, b_q, 1, b_s1, b_s2, None, FUSED)                                   # -(q S)
         if ATTN_IN:
             # o = (q S) scale r_q e^G + P U, P the output attention from the WY pass (two bf16 parts).
             b_P, b_P2 = load_chunk_square(attn, attn2, tok0, i_hv, T_seq, c * BT, HV, BT, DOT_DTYPE, TMA)

@@ -158,13 +158,14 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     form U = T diag(beta) (v - diag(r_k e^G) k S) itself (T in two parts, 16 bits, whatever
     ``wy_split``); "wu" has it store w and u (64 KB) for
     U = u - w S (v4; the segment maps always read w and u). ``longest_first`` (varlen; default on)
-    walks the longest sequences first, so that no long walk starts in the last wave (the lengths
-    sorted on the device, no host sync). The split walk uses ``block_v`` columns of the state per program and
-    ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and
-    1 stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
+    walks the longest sequences first, so that no long walk starts in the last wave (the lengths sorted
+    on the device, no host sync). The split walk uses ``block_v`` columns of the state per program and
+    ``walk_stages`` pipeline stages (loads go straight to shared memory): by default 64 columns and 1
+    stage when sequences x heads x V/64 fill two programs per SM, else 32 columns and 2 stages (one
     program per SM, its loads prefetched; the fp16 walk there takes 3 stages, its loads two chunks
-    ahead, where they fit 160 KB: v12; on the bf16-split walk 3 stages take q through registers so
-    that a WY program still fits beside: slower, benchmarks/NOTES.md v9-v10). ``fused`` (default on; the walk with
+    ahead, where they fit 160 KB: v12; on the bf16-split walk 3 stages take q through registers so that
+    a WY program still fits beside: slower, benchmarks/NOTES.md v9-v10).
+    ``fused`` (default on; the walk with
     factors "t", at most 32 columns) runs each product of bf16 parts as one matrix product
     (gdn.ops.triton.split_dot.dot_cat): 5 waits for the matrix units a chunk instead of 12.
     ``pieces`` (dense batches in one segment; default
