@@ -6,7 +6,9 @@ copies the results on the caller's stream before synchronizing (so a missing str
 shows as NaN), and compares with the float64 chunk algorithm on the same (rounded) inputs (itself checked against the
 plain recurrence by the test suite). Run on the GPU machine:
     python benchmarks/gpu_check.py [correct] [kernels] [time] [profile] [once] [host] [stages]   (default: all)
-Environment (names of gdn/ops/triton/configs.py, ";"-separated):
+Environment (names of gdn/ops/triton/configs.py, ";"-separated; in the time, once, host and profile
+sections also "ab:NAME" or "ab:NAME/<config>", an earlier revision's code beside ours:
+benchmarks/snapshots.py, scripts/ab_snapshot.sh):
     GDN_CONFIGS          the configs of the kernels, time and once sections
     GDN_CHECK_CONFIGS    the configs checked at B2 x T300 first in the correct section
     GDN_CHECK_BASE       one config under every check of the correct section
@@ -31,6 +33,7 @@ from gdn.cli.bench import parse_shapes, random_cu_seqlens
 from gdn.cli.timing import host_ms, random_problem
 from gdn.ops.triton import triton_forward
 from gdn.ops.triton.configs import CONFIGS, config
+from snapshots import resolve                       # (this script's folder is on sys.path)
 
 H, HV, K, V = 16, 32, 128, 128
 failures = []
@@ -207,8 +210,9 @@ def env_shapes(name: str, default: str):
 
 
 def selected_configs():
+    """{name: (triton_forward, knobs)} of GDN_CONFIGS (default: every config of configs.py)."""
     names = os.environ.get("GDN_CONFIGS")
-    return {n: config(n) for n in names.split(";")} if names else CONFIGS
+    return {n: resolve(n) for n in (names.split(";") if names else CONFIGS)}
 
 
 TIME_DTYPE = os.environ.get("GDN_TIME_DTYPE", "bfloat16")
@@ -222,21 +226,23 @@ def timing_problem(B, T):
                           gates=os.environ.get("GDN_TIME_GATES", "decaying"))
 
 
-def forward_call(inputs, config, cu=None):
-    """One forward as the timing sections run it (l2norm, final state) with a config's keywords."""
+def forward_call(inputs, variant, cu=None):
+    """One forward as the timing sections run it (l2norm, final state): variant = (triton_forward,
+    knobs) of a config name (snapshots.resolve: ours, or an earlier revision's)."""
     q, k, v, g, beta = inputs
-    return lambda: triton_forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                  use_qk_l2norm=True, cu_seqlens=cu, **config)
+    forward, knobs = variant
+    return lambda: forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                           use_qk_l2norm=True, cu_seqlens=cu, **knobs)
 
 
 def kernels() -> None:
     shapes = SHAPES
     print("\ncompiled kernels (n_regs, n_spills from the driver; programs/SM from registers and shared memory)")
-    for cname, kw in selected_configs().items():
+    for cname, variant in selected_configs().items():
         for B, T in shapes:
             if "P=" in cname and B > 1:
                 continue
-            log = launched_kernels(forward_call(timing_problem(B, T), kw))
+            log = launched_kernels(forward_call(timing_problem(B, T), variant))
             print(f"  {cname} B{B}xT{T}")
             for name, grid, kernel in log:
                 print(kernel_line(name, grid, kernel))
@@ -250,14 +256,14 @@ def timing() -> None:
     shapes = parse_shapes(spec.replace(";", ","))
     print(f"\nconfig timing (fwd, {TIME_DTYPE}, l2norm, final state; median ms of do_bench)")
     print(f"{'config':<22}" + "".join(f"{label:>15}" for label, *_ in shapes))
-    for cname, kw in selected_configs().items():
+    for cname, variant in selected_configs().items():
         cells = []
         for label, B, T, pieces in shapes:
             if "P=" in cname and (B > 1 or pieces is not None):
                 cells.append(f"{'-':>15}")
                 continue
             cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
-            fn = forward_call(timing_problem(B, T), kw, cu)
+            fn = forward_call(timing_problem(B, T), variant, cu)
             try:
                 fn()
             except ValueError as e:                # a knob this shape refuses (e.g. pieces with varlen)
@@ -280,7 +286,7 @@ def host() -> None:
     inputs = timing_problem(B, T)
     names = os.environ.get("GDN_CONFIGS", "default").split(";")
     for cname in names:
-        fn = forward_call(inputs, config(cname))
+        fn = forward_call(inputs, resolve(cname))
         fn()
         torch.cuda.synchronize()
         prof = cProfile.Profile()
@@ -330,7 +336,7 @@ def stages() -> None:
         (B, T), = env_shapes("GDN_HOST_SHAPE", "1x32768")
         inputs = timing_problem(B, T)
         for cname in os.environ.get("GDN_CONFIGS", "default").split(";"):
-            fn = forward_call(inputs, config(cname))
+            fn = forward_call(inputs, resolve(cname))
             fn()
             torch.cuda.synchronize()
             with kernels_swapped(TimedKernel):
@@ -362,7 +368,7 @@ def profile() -> None:
                 fn = lambda: peer(*inputs, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
                                   cu_seqlens=cu)
             else:
-                fn = forward_call(inputs, config(cname), cu)
+                fn = forward_call(inputs, resolve(cname), cu)
             fn()
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -407,8 +413,8 @@ def once() -> None:
     compute-sanitizer."""
     (B, T), = env_shapes("GDN_ONCE", "1x4096")
     inputs = timing_problem(B, T)
-    for cname, kw in selected_configs().items():
-        fn = forward_call(inputs, kw)
+    for cname, variant in selected_configs().items():
+        fn = forward_call(inputs, variant)
         for _ in range(2):
             fn()
         torch.cuda.synchronize()
