@@ -182,7 +182,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
     5-7% faster at B = 1), True wherever the walk forms the writes from T diag(beta), False nowhere.
-    ``q_late`` loads q in the walk right before its product (not yet measured on a GPU).
+    ``q_late`` loads q in the walk on bf16 parts right before its product (not yet measured on a
+    GPU; refused on the other walks).
     ``operands`` the walk's matrix operands where it forms the writes from T diag(beta) (bf16 inputs,
     one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits; bf16 inputs only)
     or "fp16" (one fp16 operand, 11 bits, the state and values scaled by powers of two:
@@ -402,6 +403,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                          "attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
     assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
+    if q_late and (state_split == 0 or f16):
+        # Only the bf16-parts walk loads q late; the others read q with k or not at all (the fp32-tile
+        # walk then formed its outputs from zeros: a wrong answer, found by a random-knob sweep).
+        raise ValueError("q_late applies to the state walk on bf16 parts (bf16 inputs, state_split=2; with "
+                         "use_qk_l2norm also operands='bf16_parts'), and this call takes the "
+                         + ("fp16 walk" if f16 else "walk on fp32 tiles"))
     if wy_heads is None:
         # Two value heads a WY program on the fp16 walk where they share a q/k head: q, k, k k^T and
         # q k^T once for both; 1-2% off the wide shapes and varlen, 4-6% off B = 1 from 32k tokens on

@@ -50,7 +50,7 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   and in both Gluon walks alike (bf16_parts 5e-5; the fp32 backends 1e-6). At 32 dims and chunks of
   32 (1e3 a chunk) it is 1e-3. o is not affected (1.6e-3 there).
   operands="bf16_parts" (16 bits, bf16's range) has no such limits.
-The knobs of the split walk (fused, q_late, walk_loads) do not apply here.
+The knobs of the split walk (fused, walk_loads) do not apply here; q_late is refused (plan_forward).
 """
 from __future__ import annotations
 

@@ -72,14 +72,15 @@ def test_triton_inverse_variants(inverse):
 def test_triton_bf16(segments, walk_tma, q_late):
     """The defaults in one segment (the fused walk's tiles by TMA: a last chunk that runs past the end
     reads zeros; the varlen test has stores next to another sequence) and in three; walk_tma=False:
-    the fused walk through block pointers (v9); q_late: q loaded right before its product."""
+    the fused walk through block pointers (v9); q_late: q loaded right before its product, on the
+    walk on bf16 parts (the one that has it)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(1, 150, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=9, device=DEVICE)
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    knobs = dict(q_late=True, operands="bf16_parts") if q_late else {}
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=32, num_segments=segments, walk_tma=walk_tma,
-                          q_late=q_late)
+                          use_qk_l2norm=True, chunk_size=32, num_segments=segments, walk_tma=walk_tma, **knobs)
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-2, name="S")

@@ -75,6 +75,19 @@ def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):
         plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True, **knobs)
 
 
+@pytest.mark.parametrize("dtype, l2norm, operands, walk", [(torch.float32, True, None, "walk on fp32 tiles"),
+                                                         (torch.float16, False, None, "walk on fp32 tiles"),
+                                                         (torch.bfloat16, True, None, "fp16 walk")])
+def test_q_late_is_refused_where_the_walk_does_not_have_it(dtype, l2norm, operands, walk):
+    """q_late is the bf16-parts walk's: on the fp32-tile walk it left q unread (o all wrong, S right),
+    on the fp16 walk it did nothing; both are refused by name. The bf16-parts walk takes it."""
+    q, v = tensors(1, 300, H=1, HV=2, K=64, V=64, dtype=dtype)
+    with pytest.raises(ValueError, match=f"q_late applies to the state walk on bf16 parts.*takes the {walk}"):
+        plan_forward(q, v, None, scale=0.125, use_qk_l2norm=l2norm, q_late=True, operands=operands)
+    q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
+    assert plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True, q_late=True, operands="bf16_parts").q_late
+
+
 def test_an_unknown_knob_is_a_type_error():
     q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
     with pytest.raises(TypeError, match="walk_stage"):
