@@ -70,6 +70,14 @@ def random_inputs(B, T, H, HV, K, V, *, dtype=torch.float64, gate="normal", beta
     return cast(q), cast(k), cast(v), gates(g), gates(beta), S0
 
 
+def with_row_norms(x: torch.Tensor, low: float, high: float, seed: int = 0) -> torch.Tensor:
+    """x [..., K] with each row rescaled to a norm drawn uniformly from [low, high] (e.g. around
+    sqrt of l2norm's eps, where the eps shapes the normalised rows)."""
+    gen = torch.Generator().manual_seed(seed)
+    norms = low + (high - low) * torch.rand(x.shape[:-1] + (1,), generator=gen, dtype=torch.float64)
+    return (x.double() / x.double().norm(dim=-1, keepdim=True) * norms).to(x.dtype)
+
+
 def parallel_key_inputs(beta_max=1.0, *, device="cpu", T=128, K=32, V=32):
     """The in-chunk inverse's hard case, bf16 inputs: nearly parallel keys (one direction plus 5%
     noise), beta in [0.9, 1] x beta_max and slow decay (g in [-0.01, 0]), for B = 1, H = 1, HV = 2, and
@@ -97,6 +105,7 @@ MAGNITUDES = {
     "v and S0 x 1e36": (1e36, 1e36, None), "v zero on a random S0": (0.0, 1.0, "erase"), "zeros": (0.0, 0.0, None),
     "a gate of -100 forgets S0 x 1e10, v x 1e-30": (1e-30, 1e10, "deep forget"),
     "a gate forgets at a chunk's last token, then v x 1e-6": (1.0, None, "late forget"),
+    "S0 with one entry of -1e7": (1.0, 1.0, "negative peak"),
 }
 
 
@@ -124,6 +133,9 @@ def magnitude_inputs(case: str, dim: int, device="cpu"):
         g = g.clone()
         g[:, 63] = -60.0
         v[:, 32:] *= 1e-6
+    elif other == "negative peak":           # the state's scale from its largest |entry|, not its largest
+        S0 = S0.clone()
+        S0[:, :, 3, 5] = -1e7
     return q, k, v.to(torch.bfloat16), g, beta, None if s_scale is None else S0 * s_scale
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gdn
-from tests.reference import parallel_key_inputs, random_inputs, reference_gdn
+from tests.reference import parallel_key_inputs, random_inputs, reference_gdn, with_row_norms
 from tests.ops.triton.launches import spy_launches
 from tests.tolerances import assert_close
 
@@ -84,6 +84,24 @@ def test_triton_bf16(segments, walk_tma, q_late):
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
     assert_close(o, o_ref, rtol=1e-2, name="o")
     assert_close(S, S_ref, rtol=1e-2, name="S")
+
+
+@pytest.mark.parametrize("dtype, o_rtol, s_rtol", [(torch.float32, 1e-5, 1e-5), (torch.bfloat16, 1e-2, 1.5e-3)])
+def test_triton_l2norm_of_small_queries_and_keys(dtype, o_rtol, s_rtol):
+    """l2norm is x / sqrt(|x|^2 + 1e-6), as the torch algorithms and transformers have it: q and k of
+    norm 0.5e-3 to 1.5e-3 (|x|^2 near the eps) come out of norm ~0.4-0.8, which only that formula
+    gives (x / max(|x|, 1e-3), say, gives 0.5-1). fp32 (the walk on fp32 tiles) and bf16 (the fp16
+    walk, its WY pass's norms from k k^T's diagonal)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 70, 1, 2, 32, 32, initial_state=True, seed=8)
+    q, k = with_row_norms(q, 0.5e-3, 1.5e-3, seed=1), with_row_norms(k, 0.5e-3, 1.5e-3, seed=2)
+    q, k, v = (x.to(DEVICE, dtype) for x in (q, k, v))
+    g, beta, S0 = (x.float().to(DEVICE) for x in (g, beta, S0))
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=32, **(dict(precision="ieee") if dtype == torch.float32 else {}))
+    assert_close(o, o_ref, rtol=o_rtol, name="o")
+    assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
 # Knobs of the bf16 paths (gdn.ops.triton.plan.plan_forward's docstring, gdn.ops.triton.configs): the

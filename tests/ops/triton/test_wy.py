@@ -14,31 +14,33 @@ pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.mark.parametrize("wide", [1, 0])
 @pytest.mark.parametrize("inverse", [None, "f16_subst_t"])
 @pytest.mark.parametrize("BT, H, HV, K, heads", [(32, 2, 4, 32, None), (16, 1, 4, 48, 4), (64, 1, 2, 32, None)])
-def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, BT, H, HV, K, heads, inverse):
+def test_fallback_after_the_heads_stores_what_the_inline_one_does(monkeypatch, BT, H, HV, K, heads, inverse, wide):
     """wy_fallback="after" (the default: every head's fp16 inverse first, the tf32x3 fallback after all
     of them, FALLBACK_AFTER) stores T diag(beta), the output attention and G bit for bit as the inline
     fallback, every entry written (the buffers NaN-filled before each launch), and the walk's o and S
-    with them. beta = 6 in one chunk of every second value head (max |A_ij| > 1 there, checked here:
-    those heads' chunk takes the fallback, the heads beside them in the same program do not); two
-    heads a program (the default) or four (bits 1 and 3 of its mask); chunks of 16, 32 and 64, K not
-    a power of two; the default inverse and the transposed one (f16_subst_t, whose inline fallback
-    follows its head's store)."""
+    with them. beta = 6 in one chunk of every second value head from head `wide` (max |A_ij| > 1
+    there, checked here: those heads' chunk takes the fallback, the heads beside them in the same
+    program do not): the odd heads (bits 1 and 3 of a program's mask) or the even ones (bit 0, each
+    program's first head, and bit 2); two heads a program (the default) or four; chunks of 16, 32
+    and 64, K not a power of two; the default inverse and the transposed one (f16_subst_t, whose
+    inline fallback follows its head's store)."""
     import inspect
     import gdn.ops.triton.forward as forward
     T = 100
     q, k, v, g, beta, S0 = random_inputs(1, T, H, HV, K, K, dtype=torch.bfloat16, initial_state=True, seed=7,
                                          device=DEVICE)
     c0, c1 = BT, min(2 * BT, T)                 # chunk 1
-    beta[:, c0:c1, 1::2] = 6.0
+    beta[:, c0:c1, wide::2] = 6.0
     kn = torch.nn.functional.normalize(k[0, c0:c1].double(), dim=-1)          # [rows, H, K]
     for hv in range(HV):
         G = g[0, c0:c1, hv].double().cumsum(0)
         D = torch.exp((G[:, None] - G[None]).tril()).tril()
         kh = kn[:, hv // (HV // H)]
         A = (beta[0, c0:c1, hv].double()[:, None] * (kh @ kh.T) * D).tril(-1)
-        assert (A.abs().max() > 1) == (hv % 2 == 1)
+        assert (A.abs().max() > 1) == (hv % 2 == wide)
     names = list(inspect.signature(forward.wy_kernel.fn).parameters)
     watched = [names.index(n) for n in ("t_out", "attn_out", "G_out")]
     stored = []
