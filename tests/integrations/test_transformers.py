@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import gdn
-from gdn.integrations.transformers import (MODELING_MODULES, REPLACEMENTS, is_patched, patch, patch_transformers,
-                                           unpatch, unpatch_transformers)
+from gdn.integrations.transformers import (MODELING_MODULES, REPLACEMENTS, causal_conv1d_update, is_patched, patch,
+                                           patch_transformers, unpatch, unpatch_transformers)
+from tests.layers.conv_reference import random_conv_inputs, reference_conv
 from tests.layers.tiny_models import no_grad_and_torch_code, tiny_model  # noqa: F401 (fixture)
 from tests.tolerances import assert_close
 
@@ -158,3 +159,18 @@ def test_patched_model_on_cuda():
     patch(model.cuda())
     assert_close(model(ids.cuda()).logits, logits, rtol=1e-4, name="cuda logits")
     assert torch.equal(greedy(model, ids.cuda()).cpu(), tokens)
+
+
+@pytest.mark.parametrize("L", [0, 2])
+def test_conv_update_from_a_state_shorter_than_the_window(L):
+    """causal_conv1d_update with a conv state of L < W - 1 inputs: zeros before them (as a conv with
+    zero left padding), and the state rolled in place to the last L inputs. (Mutant: the zero padding
+    dropped: the conv then refused the [B, D, L] state.)"""
+    x, w, b, _ = random_conv_inputs(2, 1, 12, 4, state=False, seed=13)
+    state = torch.randn(2, 12, L, generator=torch.Generator().manual_seed(14))
+    padded = torch.cat([torch.zeros(2, 12, 3 - L), state], dim=-1)
+    y_ref, final_ref = reference_conv(x, w, b, padded)
+    conv_state = state.clone()
+    y = causal_conv1d_update(x.transpose(1, 2), conv_state, w, b, activation="silu")
+    assert_close(y.transpose(1, 2), y_ref, rtol=1e-6, name="y")
+    assert torch.equal(conv_state, final_ref[:, :, 3 - L:].float())

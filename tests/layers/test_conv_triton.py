@@ -47,6 +47,14 @@ def run_cases(device: str, backend: str) -> None:
             assert_close(y, y_ref, rtol=rtol, name=f"case {i} y {dtype}")
             if dtype == torch.float32:
                 assert_close(final, final_ref, rtol=0, name=f"case {i} final_state")
+    # x as projections or transformers hand it: a channels-first tensor transposed (its last dim
+    # strided: copied first) and a slice of wider rows (rows' stride != D: read in place).
+    x, w, b, s0 = random_conv_inputs(2, 70, 20, 4, seed=12)
+    y_ref, _ = reference_conv(x, w, b, s0)
+    for name, xs in (("transposed", x.transpose(1, 2).contiguous().transpose(1, 2)),
+                     ("sliced", torch.cat([x, torch.randn(2, 70, 12)], dim=2)[:, :, :20])):
+        y, _ = causal_conv1d(xs.to(device), w.to(device), b.to(device), initial_state=s0.to(device), backend=backend)
+        assert_close(y, y_ref, rtol=1e-6, name=name)
 
 
 def test_triton_kernel_in_interpreter():

@@ -116,3 +116,20 @@ def test_bad_directories(saved, tmp_path):
         (broken / shard).unlink()
         with pytest.raises(ValueError, match=f"lists {shard}"):
             GatedDeltaNet.from_pretrained(broken, LAYER)
+
+
+def test_tensor_under_both_prefixes(saved, tmp_path):
+    """A checkpoint holding a layer's tensor under both the text and the multimodal prefix is
+    ambiguous: refused, naming both keys (mutant: the check dropped, the last file's key won)."""
+    _, _, path = saved
+    tensors = {}
+    for f in sorted(path.glob("*.safetensors")):
+        tensors.update(load_file(f))
+    key = f"model.layers.{LAYER}.linear_attn.A_log"
+    tensors[key.replace("model.", "model.language_model.", 1)] = tensors[key] + 1
+    out = tmp_path / "both"
+    out.mkdir()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors")
+    (out / "config.json").write_text((path / "config.json").read_text())
+    with pytest.raises(ValueError, match="'A_log' found under two prefixes"):
+        GatedDeltaNet.from_pretrained(out, LAYER)

@@ -98,3 +98,54 @@ def test_fla_compatible_names():
         o, S = fn(q, k, v, g, beta, initial_state=S0, output_final_state=True, use_qk_l2norm_in_kernel=True)
         assert_close(o, o_ref, name=fn.__name__)
         assert_close(S, S_ref, name=fn.__name__)
+
+
+def test_chunk_walk_from_zero_state_across_blocks():
+    """No initial state and more than WALK_BLOCK_TOKENS (1024) tokens: only the first chunk of the
+    first block may skip the product with S (S_is_zero); every later block starts from the state the
+    earlier ones left. (Mutant: chunk.py's ``S_is_zero = False`` dropped; every test of T > 1024 had
+    an initial state.)"""
+    q, k, v, g, beta, _ = random_inputs(1, 1100, 1, 1, 16, 16, seed=21)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta)
+    with torch.no_grad():                               # the workspace walk (no autograd)
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, output_final_state=True, backend="chunk", chunk_size=64)
+    assert_close(o, o_ref, name="o")
+    assert_close(S, S_ref, name="S")
+
+
+@pytest.mark.parametrize("backend", ["chunk", "scan"])
+def test_chunk_size_larger_than_a_block(backend):
+    """chunk_size past BLOCK_TOKENS (512) and WALK_BLOCK_TOKENS (1024): at least one chunk a block.
+    (Mutant: scan.py's ``step = max(1, BLOCK_TOKENS // chunk_size)`` without the max: a step of 0.)"""
+    q, k, v, g, beta, S0 = random_inputs(1, 1100, 1, 1, 16, 16, initial_state=True, seed=22)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0)
+    with torch.no_grad():
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
+                                    backend=backend, chunk_size=1024)
+    assert_close(o, o_ref, name="o")
+    assert_close(S, S_ref, name="S")
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+def test_float64_initial_state_alone_computes_in_float64(backend):
+    """The dtype policy: float64 when ANY input is float64, the initial state included (gated_delta_rule's
+    docstring). (Mutant: api.py's float64 test over q, k, v, g, beta only.)"""
+    q, k, v, g, beta, S0 = random_inputs(1, 40, 1, 2, 16, 16, initial_state=True, seed=23)
+    q32, k32, v32, g32, b32 = (x.float() for x in (q, k, v, g, beta))
+    o_ref, S_ref = reference_gdn(q32, k32, v32, g32, b32, initial_state=S0)
+    o, S = gdn.gated_delta_rule(q32, k32, v32, g32, b32, initial_state=S0, output_final_state=True,
+                                backend=backend, chunk_size=16)
+    assert o.dtype == torch.float32 and S.dtype == torch.float64
+    assert_close(S, S_ref, rtol=1e-10, name="S")
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+def test_final_state_never_aliases_the_initial_state(backend):
+    """The final state is a new tensor, also for T = 0, where it equals the initial state: writing
+    into it must not change the caller's initial_state. (Mutant: api.py's ``S0.clone()`` -> ``S0``.)"""
+    for T in (0, 5):
+        q, k, v, g, beta, S0 = random_inputs(1, T, 1, 2, 8, 8, initial_state=True, seed=24)
+        S0_before = S0.clone()
+        _, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True, backend=backend)
+        S.add_(1.0)
+        assert torch.equal(S0, S0_before), f"T={T}: the initial state changed with the final state"

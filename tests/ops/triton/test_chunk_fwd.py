@@ -104,6 +104,23 @@ def test_triton_l2norm_of_small_queries_and_keys(dtype, o_rtol, s_rtol):
     assert_close(S, S_ref, rtol=s_rtol, name="S")
 
 
+def test_triton_bf16_three_part_wy_at_chunk_64():
+    """wy_split=3 (T and its products in three bf16 parts, fp32-exact) at chunk size 64 with K = 32:
+    the WY pass's u and w then go through the transposed product (wy._t_times_columns: the split
+    operand on the right, split_dot's NA = 1, NB = 3 case), which BF16_VARIANTS (chunk size 32)
+    never reaches. An fp32 walk: S as exact as fp32 (~2e-7), as test_triton_bf16_variants's
+    fp32-exact paths. (Mutant: dot_parts' a_1 b_3 product dropped: S off by ~1e-5.)"""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(1, 150, 1, 2, 32, 48, dtype=torch.bfloat16, initial_state=True,
+                                         seed=31, device=DEVICE)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=64, wy_split=3, state_split=0)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    if DEVICE == "cpu":                 # the interpreter multiplies in fp32 (a GPU's unsplit walk: tf32)
+        assert_close(S, S_ref, rtol=1e-6, name="S")
+
+
 # Knobs of the bf16 paths (gdn.ops.triton.plan.plan_forward's docstring, gdn.ops.triton.configs): the
 # defaults (the split paths), v2's substitution inverse without splits, the split WY pass and state walk
 # apart, other part counts, block widths and pipelining.
