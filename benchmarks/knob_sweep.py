@@ -35,7 +35,9 @@ LOOSE = (1.5e-2, 1e-2)          # FLA's roundings (fast_dots, or w and u kept in
 
 
 def draw_problem(r: random.Random, torch, device: str):
-    """(description, inputs dict for triton_forward, reference kwargs) of one random problem."""
+    """(description, triton_forward's keywords) of one random problem (inputs: tests.reference's
+    random_inputs)."""
+    from tests.reference import random_inputs
     dtype = r.choice([torch.float32, torch.bfloat16, torch.bfloat16, torch.float16])
     H = r.choice([1, 2])
     HV = H * r.choice([1, 2, 3, 4])
@@ -54,19 +56,9 @@ def draw_problem(r: random.Random, torch, device: str):
         B = r.choice([1, 2, 3])
         T = r.choice([1, 2, 15, 16, 17, 63, 64, 65, r.randint(1, 300)])
         N = B
-    gen = torch.Generator().manual_seed(r.randrange(1 << 30))
-    q = torch.randn(B, T, H, K, generator=gen, dtype=torch.float64)
-    k = torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) / K ** 0.5
-    v = torch.randn(B, T, HV, V, generator=gen, dtype=torch.float64)
-    g = {"decaying": torch.nn.functional.logsigmoid(torch.randn(B, T, HV, generator=gen, dtype=torch.float64) + 2),
-         "zero": torch.zeros(B, T, HV, dtype=torch.float64),
-         "forgetting": torch.full((B, T, HV), -30.0, dtype=torch.float64)}[gate]
-    beta = torch.ones(B, T, HV, dtype=torch.float64) if beta_one else torch.rand(B, T, HV, generator=gen,
-                                                                                     dtype=torch.float64)
-    S0 = torch.randn(N, HV, K, V, generator=gen, dtype=torch.float64) if h0 else None
-    q, k, v = (x.to(device=device, dtype=dtype) for x in (q, k, v))
-    g, beta = (x.to(device=device, dtype=torch.float32) for x in (g, beta))
-    S0 = None if S0 is None else S0.to(device=device, dtype=torch.float32)
+    q, k, v, g, beta, S0 = random_inputs(B, T, H, HV, K, V, dtype=dtype, device=device, initial_state=h0, N=N,
+                                         gate={"decaying": "normal", "forgetting": "strong"}.get(gate, gate),
+                                         beta_mode=1.0 if beta_one else "rand", seed=r.randrange(1 << 30))
     scale = r.choice([K ** -0.5, 0.5, 1.0])
     desc = (f"{str(dtype)[6:]} B{B} T{T} H{H} HV{HV} K{K} V{V} C{C} l2norm {l2norm} h0 {h0} gates {gate}"
             f"{' beta 1' if beta_one else ''}" + (f" cu {cu.tolist()}" if cu is not None else ""))
@@ -91,6 +83,7 @@ def main(argv=None) -> int:
     import gdn
     from gdn.ops.triton import triton_forward
     from gdn.ops.triton.configs import CONFIGS, config
+    from tests.tolerances import rel_err
 
     names = args.configs.split(";") if args.configs else [
         n for n in CONFIGS if args.device != "cpu" or not any(w in n for w in ("gluon", "split", "prio", "tokens"))]
@@ -119,8 +112,7 @@ def main(argv=None) -> int:
             continue
         ref = {n: (x.double() if torch.is_tensor(x) and x.is_floating_point() else x) for n, x in call.items()}
         o_ref, S_ref = gdn.gated_delta_rule(**ref, backend="chunk")
-        err_o = ((o.double() - o_ref).norm() / o_ref.norm().clamp_min(1e-300)).item()
-        err_S = ((S.double() - S_ref).norm() / S_ref.norm().clamp_min(1e-300)).item()
+        err_o, err_S = rel_err(o, o_ref), rel_err(S, S_ref)
         loose = knobs.get("fast_dots") or knobs.get("wy_dtype", torch.float32) != torch.float32
         bound_o, bound_S = LOOSE if loose else BOUNDS[str(call["v"].dtype)[6:]]
         good = bool(torch.isfinite(o).all() and torch.isfinite(S).all()) and err_o <= bound_o and err_S <= bound_S
