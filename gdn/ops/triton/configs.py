@@ -99,8 +99,8 @@ CONFIGS = {
     # them all; "wy fallback inline" is v27's (each head's fallback right after its fp16 inverse)
     "wy fallback inline": dict(wy_fallback="inline"),
     "wy tf32x3": dict(inverse="blocks_parts"),     # v12's inverse under the fp16 walk (v13 default: blocks_f16)
-    "wy all f16": dict(inverse="f16_subst"),      # v19's default under the fp16 walk: the whole inverse on fp16
-    "wy f16 t": dict(inverse="f16_subst_t"),      # v32 (CPU only): that inverse on the transposes, no round trips
+    "wy all f16": dict(inverse="f16_subst"),      # v19-v35's default under the fp16 walk: the whole inverse on fp16
+    "wy f16 t": dict(inverse="f16_subst_t"),      # v36's default with two heads a WY program: on the transposes
     "wy f16 merge": dict(inverse="blocks_f16_subst"),   # v18's: diagonal blocks from fp16 pairs, the merge on fp16
     "wy f16 pairs": dict(inverse="blocks_f16"),    # v13's inverse under the fp16 walk
     # the fp16 walk in Gluon with asynchronous matrix products (walk_gluon): the default at the wide
@@ -129,8 +129,6 @@ CONFIGS = {
     # (B = 1 with decaying gates: does its programs' wait for room drain the WY pass? plan_forward's
     # walk_priority)
     "walk prio 0": dict(walk_priority=0),
-    # v33 (compiled, not yet timed): walk_gluon_t's decays loaded one token a thread (walk_decays)
-    "walk decays tokens": dict(walk_decays="tokens"),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

@@ -121,7 +121,6 @@ class Plan:
     split_beside: bool
     bounds_priority: int
     walk_priority: int            # the walk's side stream beside the WY pass (flags)
-    walk_decays: str              # how walk_gluon_t's unsplit walk loads a chunk's decays
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -132,7 +131,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  attention="stored", factors=None, longest_first=True,
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
-                 split_check=None, bounds_priority=-1, walk_priority=-2, walk_decays="columns") -> Plan | None:
+                 split_check=None, bounds_priority=-1, walk_priority=-2) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -177,7 +176,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
     ``inverse`` defaults to "f16_subst" with the fp16 walk (v19: on plain fp16 products where a chunk's
     |A_ij| <= 1, tf32x3 elsewhere; v18's "blocks_f16_subst" formed the diagonal blocks from pairs of
-    fp16 parts), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
+    fp16 parts), "f16_subst_t" there where a WY program takes two heads (the same on the transposes,
+    v36), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
@@ -248,12 +248,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     (192 KB of shared memory each) wait to be placed at -2 the GPU places none of the WY pass's, so
     with decaying gates, where every head takes the split and those programs return at once, the WY
     pass drains for nothing (4-13% of it); 0 tests that reading.
-    ``walk_decays`` how walk_gluon_t (the wide default, and the split's segments at B = 1) forms each
-    chunk's decays: "columns" (the default) each thread those of its accumulator columns, 16 loads
-    with their 64-bit addresses and 32 exponentials; "tokens" one token a thread (one load, two
-    exponentials), moved to the columns through shared memory: the same bits, 1266 -> 1064
-    instructions a chunk at B8 x T4k, 1551 -> 1297 in the posterior split's segments at B1 x T32k,
-    fewer spills everywhere (compiled; v23 took 4.5% off this walk with 100 fewer; not yet timed).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -418,8 +412,11 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         # The inverse on plain fp16 products where a chunk's |A_ij| <= 1 (tf32x3 elsewhere and where T
         # leaves fp16's range): the 4 x 4 blocks by a product, the 16 x 16 and 64 x 64 ones by block
         # substitution (v18-v19: 2-3% off the wide shapes, o unchanged on an H200); T is stored at
-        # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept.
-        inverse = "f16_subst"
+        # fp16's 11 bits here, so the 11-bit inverse loses nothing the walk kept. With two heads a
+        # program, on the transposes (no shared-memory round trips between the substitution steps:
+        # 2-5% off the WY pass at the wide shapes and varlen on an H200, NOTES.md v36); one head a
+        # program keeps the untransposed form (not timed there).
+        inverse = "f16_subst_t" if wy_heads > 1 else "f16_subst"
     if wy_fallback is None:
         # After the heads where a program takes two or more (one head gains nothing and spills more).
         wy_fallback = "after" if f16 and inverse in ("f16_subst", "f16_subst_t") and wy_heads > 1 else "inline"
@@ -514,8 +511,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
             and split_warmup > splits.POSTERIOR_MAX_WARMUP:
         raise ValueError(f"split_warmup must be at most {splits.POSTERIOR_MAX_WARMUP} chunks with "
                          f"split_check='posterior' (its margin), got {split_warmup}")
-    if walk_decays not in ("columns", "tokens"):
-        raise ValueError(f"walk_decays must be 'columns' or 'tokens', got {walk_decays!r}")
     for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")
@@ -545,4 +540,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
-                walk_priority=walk_priority, walk_decays=walk_decays, common=common)
+                walk_priority=walk_priority, common=common)

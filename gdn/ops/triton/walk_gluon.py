@@ -167,8 +167,8 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
     G comes in o_t's layout, where each thread holds the tokens of its accumulator columns (16 of them
     in walk_gluon_t: 16 loads, each with its 64-bit address). TOKENS: G in a layout of one token a
     thread instead (one load each; with four warps over BT = 64 tokens, warps 2-3 hold warps 0-1's
-    tokens again), for walk_gluon_t's TOKEN_DECAYS, which forms the decays there and moves them to the
-    columns (NOTES.md v33)."""
+    tokens again), for walk_gluon_t, which forms the decays there and moves them to the columns
+    (NOTES.md v33, v36)."""
     row0 = (row_base + t0).to(gl.int64)
     live = t0 < T
     b_G_last = gl.load(Gc + (row0 + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * HV + i_hv, mask=live, other=0.0)

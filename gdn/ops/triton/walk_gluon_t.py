@@ -145,7 +145,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False, TOKEN_DECAYS: gl.constexpr = False):
+            LONGEST_FIRST: gl.constexpr = False):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -154,9 +154,10 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     to NT. OUT: q S and o formed (o^T through o_s, by TMA at row_base + c BT). Returns the state, its
     scales, chunk c_hi's decays and b_Gsum plus these chunks' log-decays. CHECKPOINT (SPLIT 3 and 4):
     before chunk c_ck, where ck_live, the state's column norms (_checkpoint; the rest of the
-    arguments are its). TOKEN_DECAYS: the chunk's decays G loaded one token a thread (_chunk_decays'
-    TOKENS, carried so), e^{G - G_0} and e^{G_C - G} formed there, one exponential a token, and moved
-    to the columns' layout through shared memory (the same values: the same bits)."""
+    arguments are its). The chunk's decays G come one token a thread (_chunk_decays' TOKENS, carried
+    so): e^{G - G_0} and e^{G_C - G} are formed there, one exponential a token, and moved to the
+    columns' layout through shared memory (each thread's 16 columns' loads and 32 exponentials took
+    ~10% more of this walk's time on an H200: NOTES.md v36)."""
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -168,8 +169,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_Gsum += b_G_last
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t,
-                                                           TOKEN_DECAYS)
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
         # Each column's largest state entry, before the products: b_S's registers read while a product
@@ -196,29 +196,21 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         # (Kept as its two vectors, not as a [BV, BT] tile: live until o's product, that tile's 32
         # registers a thread made ptxas spill.)
         b_aG = gl.exp2(b_G0 * _LOG2E + b_ld)
-        if TOKEN_DECAYS:                   # (a token a thread: one exponential each, then to the columns)
-            b_eT = gl.convert_layout(exp_ftz(b_G - b_G0), o_t.type.layout)
-        else:
-            b_eT = exp_ftz(b_G - b_G0)
+        b_eT = gl.convert_layout(exp_ftz(b_G - b_G0), o_t.type.layout)    # (one exponential a token)
         b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
         b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
                             use_acc=False, is_async=True)
-        if TOKEN_DECAYS:                   # (while U's product runs)
-            b_dc = exp_ftz(b_G_last - b_G)
-            if MASK_ROWS:
-                b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
-            b_dc = gl.convert_layout(b_dc, o_t.type.layout)
+        b_dc = exp_ftz(b_G_last - b_G)     # (while U's product runs)
+        if MASK_ROWS:
+            b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
+        b_dc = gl.convert_layout(b_dc, o_t.type.layout)
         if OUT:
             b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         else:
             b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
-        if not TOKEN_DECAYS:
-            b_dc = exp_ftz(b_G_last - b_G)
-            if MASK_ROWS:
-                b_dc = gl.where(m_t, b_dc, 0.0)
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
         b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
@@ -262,8 +254,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr,
-                  TOKEN_DECAYS: gl.constexpr = False):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -297,8 +288,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     (earlier in the grid).
     CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
     seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
-    (walk_gluon's SKIP walks them in order).
-    TOKEN_DECAYS: each chunk's decays loaded and exponentiated one token a thread (_chunks')."""
+    (walk_gluon's SKIP walks them in order)."""
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
@@ -383,7 +373,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
                 p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
         b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, TOKEN_DECAYS)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, True)
     b_Gsum0 = gl.zeros([], gl.float32)                # _chunks' running sum of log-decays starts at 0
     if SPLIT >= 3:
         if SPLIT == 3:
@@ -393,7 +383,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l, TOKEN_DECAYS=TOKEN_DECAYS)
+                False, acc_t, a_t, a_s, col_l, scol_l)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -404,13 +394,13 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, TOKEN_DECAYS)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l, TOKEN_DECAYS=TOKEN_DECAYS)
+            OUT, acc_t, a_t, a_s, col_l, scol_l)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -464,7 +454,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         gl.store(ht + i_state + o_state, b_S)
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None, token_decays=False):
+                 done=None, group=1, split=None, split_heads=None, descs=None):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -473,8 +463,7 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     and 4) after it.
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here). token_decays: each chunk's decays loaded
-    and exponentiated one token a thread (walk_t_kernel's TOKEN_DECAYS). The launcher
+    shared_descriptors of these tensors, or None (made here). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -504,5 +493,5 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         walk_t_kernel[(P * (V // BV) * N * HV,)](
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, TOKEN_DECAYS=token_decays,
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None,
             **flags, num_warps=4)

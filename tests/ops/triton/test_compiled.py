@@ -36,7 +36,6 @@ def test_launches_are_listed_without_compiling():
     ("1,2,64,64", ["--variants", "gluon walk,gluon walk beside,gluon t,gluon t beside"]),   # the Gluon walks
     ("1,2,64,128", ["--variants", "gluon t", "--loop-lines", "3"]),   # V = 128: two programs a head; a chunk's lines
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
-    ("1,2,64,64", ["--variants", "gluon t&walk decays tokens", "--packed", "2"]),   # the decays a token a thread
     ("1,2,64,64", ["--variants", "gluon t split,gluon t split beside", "--shape", "1,8192"]),   # after, beside WY
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):

@@ -27,7 +27,8 @@ def h200(monkeypatch):
 def test_the_bench_shapes_take_the_measured_defaults(h200):
     """B8 x T4k fills the GPU: the transposed Gluon walk after the WY pass, no flags; B1 x T32k does
     not: the Gluon walk beside the WY pass, waiting on its counts, with the automatic split. Both on
-    fp16 operands, two value heads a WY program, the fp16 inverse with its fallback after the heads."""
+    fp16 operands, two value heads a WY program, the fp16 inverse on the transposes with its fallback
+    after the heads; one head a program (HV = H) keeps the untransposed inverse."""
     q, v = tensors(8, 4096)
     wide = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
     assert (wide.walk, wide.flags, wide.pieces, wide.BV, wide.NT) == ("gluon_t", False, 1, 64, 64)
@@ -37,7 +38,9 @@ def test_the_bench_shapes_take_the_measured_defaults(h200):
     assert one.pieces > 1 and one.wy_maxnreg is None            # beside the walk: no register cap
     for p in (wide, one):
         assert (p.f16, p.t_in, p.attn_in, p.wy_heads, p.inverse, p.wy_fallback) == \
-            (True, True, True, 2, "f16_subst", "after")
+            (True, True, True, 2, "f16_subst_t", "after")
+    q, v = tensors(8, 4096, HV=16)
+    assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).inverse == "f16_subst"
 
 
 def test_fp32_inputs_take_tf32x3_without_splits():
@@ -66,7 +69,6 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(split_warmup=0), "split_warmup must be an int of at least 1"),
     (dict(bounds_priority=True), "bounds_priority must be an int"),
     (dict(walk_priority=0.5), "walk_priority must be an int"),
-    (dict(walk_decays="rows"), "walk_decays must be 'columns' or 'tokens'"),
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
 ])
 def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):

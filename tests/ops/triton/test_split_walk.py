@@ -494,29 +494,6 @@ def test_automatic_split_on_mixed_heads(h0, check):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("kw", [dict(split_walk="auto"), dict(split_walk="auto", split_check="bounds"),
-                                dict(split_walk=4, split_warmup=4, split_beside=True, split_check="bounds",
-                                     walk="gluon_t", block_v=64, walk_stages=1)])
-def test_token_decays_give_the_split_the_same_bits(kw):
-    """walk_decays="tokens" in the split's walks (the automatic split with either check; the certified
-    split beside the WY pass): the same exponentials of the same decays in another layout, so o and S
-    bit for bit as with the column decays. The mixed heads of test_automatic_split_on_mixed_heads (two
-    with long memory: segments that hand over)."""
-    from gdn.ops.triton import triton_forward
-    T = 256 * 64 + 37
-    q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
-                                         initial_state=True, seed=31, device="cuda")
-    g[:, :, :2] = 0.0
-    call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, operands="fp16",
-                **kw)
-    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call)
-    o_tok, S_tok = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk_decays="tokens",
-                                  **call)
-    assert not torch.isnan(o).any()
-    assert torch.equal(o_tok, o) and torch.equal(S_tok, S)
-
-
-@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("check", ["bounds", "posterior"])
 def test_split_walk_replays_from_a_cuda_graph(check):
     """The split captured in a CUDA graph (its bounds then in order on the caller's stream, not on a

@@ -14,11 +14,10 @@ from tests.tolerances import assert_fp16_walk_close
 pytest.importorskip("triton")
 
 
-WALKS = ["gluon", "gluon_t", "gluon_t tokens"]       # "tokens": walk_gluon_t's decays one token a thread
-KNOBS = {"gluon": dict(walk="gluon"), "gluon_t": dict(walk="gluon_t"),
-         "gluon_t tokens": dict(walk="gluon_t", walk_decays="tokens")}
+WALKS = ["gluon", "gluon_t"]
+KNOBS = {"gluon": dict(walk="gluon"), "gluon_t": dict(walk="gluon_t")}
 BLOCKS = {"gluon": (32, 64), "gluon_t": (64,)}       # state columns a program
-SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1), "gluon_t tokens": dict(block_v=64, walk_stages=1)}
+SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}
 
 
 def _walk(name, shape=True):
@@ -103,26 +102,6 @@ def test_gluon_walk_rows_of_the_next_sequence(case, walk):
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     if cu is not None:
         assert torch.equal(S[0], S0[0]) and torch.equal(S[4], S0[4])    # the empty sequences
-
-
-@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("cu", [None, [0, 0, 17, 146, 275, 400]])
-def test_token_decays_give_the_column_decays_bits(cu):
-    """walk_decays="tokens" forms the same exponentials of the same decays, only in another layout: o
-    and S bit for bit as the default walk_gluon_t's, dense (K = V = 128, B = 2, a partial last chunk:
-    the wide default) and packed (MASK_ROWS)."""
-    from gdn.ops.triton import triton_forward
-    cu = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda")
-    B, T = (2, 200) if cu is None else (1, 400)
-    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 128, 128, dtype=torch.bfloat16, initial_state=True,
-                                         N=B if cu is None else len(cu) - 1, seed=11, device="cuda")
-    call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, cu_seqlens=cu,
-                **_walk("gluon_t"))
-    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call)
-    o_tok, S_tok = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk_decays="tokens",
-                                  **call)
-    assert not torch.isnan(o).any()
-    assert torch.equal(o_tok, o) and torch.equal(S_tok, S)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
