@@ -125,10 +125,12 @@ CONFIGS = {
     "split bounds": dict(split_check="bounds"),
     "split w20": dict(split_warmup=20),              # warm-ups of 20 chunks (24 by default): no faster (v31)
     "bounds prio 0": dict(split_check="bounds", bounds_priority=0),
-    # v33 (not yet timed): the ordered walk beside the WY pass at the caller's priority, not above it
-    # (B = 1 with decaying gates: does its programs' wait for room drain the WY pass? plan_forward's
-    # walk_priority)
+    # v33: the ordered walk beside the WY pass at the caller's priority, not above it (plan_forward's
+    # walk_priority; v36: little off the WY pass with decaying gates, slower with long memory)
     "walk prio 0": dict(walk_priority=0),
+    # v36 (certified path checked on an H200; the walk-again path not yet run there): the posterior
+    # check's walk and check in one launch (split_launches, walk_t_kernel's SPLIT 5)
+    "split one launch": dict(split_launches=1),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

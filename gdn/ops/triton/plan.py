@@ -121,6 +121,7 @@ class Plan:
     split_beside: bool
     bounds_priority: int
     walk_priority: int            # the walk's side stream beside the WY pass (flags)
+    split_launches: int           # the posterior check's launches: 2 (walk, check) or 1 (both)
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -131,7 +132,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  attention="stored", factors=None, longest_first=True,
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
-                 split_check=None, bounds_priority=-1, walk_priority=-2) -> Plan | None:
+                 split_check=None, bounds_priority=-1, walk_priority=-2,
+                 split_launches=2) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -244,10 +246,14 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``walk_priority`` (flags: the walk beside the WY pass, and the automatic split's ordered walk): the
     CUDA stream priority of the walk's side stream (default -2, above the WY pass's 0, so that its
     programs are placed as soon as an SM has room and the walk never queues behind the WY pass). A
-    reading of v32's B = 1 timeline (NOTES.md), not yet measured: while the ordered walk's programs
-    (192 KB of shared memory each) wait to be placed at -2 the GPU places none of the WY pass's, so
-    with decaying gates, where every head takes the split and those programs return at once, the WY
-    pass drains for nothing (4-13% of it); 0 tests that reading.
+    reading of v32's B = 1 timeline: while the ordered walk's programs (192 KB of shared memory each)
+    wait to be placed at -2 the GPU places none of the WY pass's. Measured (NOTES.md v36): 0 took
+    little off the WY pass with decaying gates, and with long memory the call took longer (the walk's
+    programs then placed after the WY pass's, no longer beside it).
+    ``split_launches`` (the posterior check): 2 (default) launches walk_gluon_t's walk (SPLIT 3) and
+    then its check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: ~100 us less host
+    time a call at B = 1 on the GPU machine; its certified path checked on an H200, its walk-again
+    path not yet run there, NOTES.md v36).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -511,6 +517,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
             and split_warmup > splits.POSTERIOR_MAX_WARMUP:
         raise ValueError(f"split_warmup must be at most {splits.POSTERIOR_MAX_WARMUP} chunks with "
                          f"split_check='posterior' (its margin), got {split_warmup}")
+    if split_launches not in (1, 2) or isinstance(split_launches, bool):
+        raise ValueError(f"split_launches must be 1 or 2, got {split_launches!r}")
     for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")
@@ -540,4 +548,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
-                walk_priority=walk_priority, common=common)
+                walk_priority=walk_priority, split_launches=split_launches, common=common)

@@ -17,8 +17,9 @@ walk. Two ways to know |S*_j|:
 - **posterior** (split_check="posterior", the default; posterior, posterior_segments): measured.
   Segment p - 1 walks through the chunk where p's warm-up starts (its checkpoint) and stores its
   state's column norms there; every segment walks at once (walk_t_kernel's SPLIT 3), then a
-  second launch (SPLIT 4) checks segment p once p - 1 is final (exact, by induction from segment 0)
-  and walks p again from p - 1's final state where the check fails. Nothing is read of v, and
+  second launch (SPLIT 4; or the same one, split_launches=1: SPLIT 5) checks segment p once p - 1 is
+  final (exact, by induction from segment 0) and walks p again from p - 1's final state where the
+  check fails. Nothing is read of v, and
   nothing runs beside the WY pass. The margin of 4 covers the norms' own rounding (the fp16 walk's
   ~1e-3) and the fp16 keys: their norms are 1 to ~2^-10, so over a warm-up of W x 64 tokens with
   beta near 2 the window's map may exceed e^{G_win} by up to (1 + 2^-9)^(W 64), ~20 at W = 24 in
@@ -344,7 +345,7 @@ class Split(NamedTuple):
     it, and the tensors walk_t_kernel reads and writes (split_buffers'). L0 = 0: the bounds' check
     (certified: segment p's first chunk p L; SPLIT 1 then 2, two launches); L0 > 0: the posterior
     check (posterior: segment 0 the first L0 chunks, segment p >= 1 L chunks from L0 + (p - 1) L;
-    SPLIT 3 then 4, two launches), bound then each segment's start and checkpoint (walk_t_kernel's
+    SPLIT 3 then 4, two launches, or one: SPLIT 5), bound then each segment's start and checkpoint (walk_t_kernel's
     seg_bound) and trusted [N x HV] int32 the heads whose warm-ups' betas lie in [0, 2]
     (forgetting_heads)."""
     P: int

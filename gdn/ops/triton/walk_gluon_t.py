@@ -255,13 +255,39 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                   GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
+    """One program walks all chunks of one (sequence, value head, BV state columns) on S^T: _walk_t's
+    phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
+    3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
+    placed earlier), as the second launch's did, so one launch cannot deadlock where two did not;
+    it saves the second launch's host time (predicted ~100 us a call on the GPU machine's host,
+    NOTES.md v36) and the wait for every segment's walk between them."""
+    FIRST: gl.constexpr = 3 if SPLIT == 5 else SPLIT
+    _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound, seg_warm,
+            seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES, HAS_H0,
+            STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN, num_warps)
+    if SPLIT == 5:
+        # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
+        gl.thread_barrier()
+        _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound, seg_warm,
+                seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES, HAS_H0,
+                STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN, num_warps)
+
+
+@gluon.jit
+def _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+            seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0,
+            H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+            BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
+            HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
+            LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
+            GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, WARPS: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
     with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,).
 
     SPLIT (dense, no MASK_ROWS; gdn.ops.triton.split_walk): P segments a sequence, grid
-    (P x V / BV x N x HV,), segment-major, in two launches. SPLIT = 1 and 2, the bounds' check (L
+    (P x V / BV x N x HV,), segment-major. SPLIT = 1 and 2 (two launches), the bounds' check (L
     chunks a segment). SPLIT = 1, the warm-up: segment p's
     program (p >= 1) walks the W chunks before its segment (fewer where the sequence starts there:
     then from h0, exactly) from a zero state, without outputs, and stores that state at seg_warm
@@ -303,9 +329,9 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
 
     # [BV, K] tiles (S^T) and [BV, BT] tiles ((k S)^T, (q S)^T, Z^T, U^T, o^T) in the accumulator's
     # layouts; the left operands of products over BT (a_t) and over K (a_s) in the same registers.
-    acc_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+    acc_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, K, 16])
-    acc_t: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+    acc_t: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BT, 16])
     a_t: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_t, k_width=2)
     a_s: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2)
@@ -313,7 +339,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     tok_l: gl.constexpr = gl.SliceLayout(0, acc_t)      # [BT]: one entry a token of the chunk
     scol_l: gl.constexpr = gl.SliceLayout(1, acc_s)
     key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
-    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])   # 16-byte row pieces
+    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])   # 16-byte row pieces
 
     k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
@@ -454,13 +480,13 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
         gl.store(ht + i_state + o_state, b_S)
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None):
+                 done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
     (Split.L0 = 0: its warm-up, then its segments, SPLIT 1 and 2) after the WY pass, or beside it with
     done (the WY pass's FEED order); the posterior check (L0 > 0: the walk, then the check, SPLIT 3
-    and 4) after it.
+    and 4: two launches, or with one_launch one, walk_t_kernel's SPLIT 5) after it.
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
     shared_descriptors of these tensors, or None (made here). The launcher
@@ -486,7 +512,7 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     else:
         P, L, W, L0 = split.P, split.L, split.W, split.L0
         segs = split.buffers
-        phases = (3, 4) if posterior else (1, 2)
+        phases = ((5,) if one_launch else (3, 4)) if posterior else (1, 2)
     heads = split_heads if split_heads is not None else split.trusted if posterior else o
     d_o = _rows(o, [BT, BV])
     for phase in phases:

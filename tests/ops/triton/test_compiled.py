@@ -37,6 +37,7 @@ def test_launches_are_listed_without_compiling():
     ("1,2,64,128", ["--variants", "gluon t", "--loop-lines", "3"]),   # V = 128: two programs a head; a chunk's lines
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
     ("1,2,64,64", ["--variants", "gluon t split,gluon t split beside", "--shape", "1,8192"]),   # after, beside WY
+    ("1,2,64,64", ["--variants", "split one launch", "--shape", "1,8192"]),   # the posterior's walk and check in one
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

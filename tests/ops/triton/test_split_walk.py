@@ -287,6 +287,8 @@ def test_automatic_split_routing(monkeypatch):
     assert names(forced) == ["wy_kernel", "_forgetting_kernel", "walk_t_kernel", "walk_t_kernel"]
     assert [kw["SPLIT"] for name, kw in forced if name == "walk_t_kernel"] == [3, 4]
     assert not any(kw["CHOSEN"] for name, kw in forced if name == "walk_t_kernel")
+    one = _record_walks(monkeypatch, T, split_launches=1)          # the walk and its check in one launch
+    assert names(one) == names(seen)[:-1] and [kw["SPLIT"] for name, kw in one if name == "walk_t_kernel"] == [5]
     for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False),
                     _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
         assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
@@ -391,34 +393,37 @@ def test_split_walk_hands_over():
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("launches", [2, 1])
 @pytest.mark.parametrize("B, T, V, h0", [(1, 2048, 64, True), (1, 2085, 64, True), (1, 2048, 128, False),
                                          (2, 2048, 64, True)])
-def test_posterior_split_certified(B, T, V, h0):
-    """The posterior check (split_check="posterior", SPLIT 3 then 4) with gates that forget within a
+def test_posterior_split_certified(B, T, V, h0, launches):
+    """The posterior check (split_check="posterior", SPLIT 3 then 4, or both in one launch: 5) with gates that forget within a
     few chunks: every later segment's warm-up certified against the segment before's checkpoint
     (seg_ok 1; segment 0 exact, 2), the reference's and the Triton walk's result, every output row
     written (NaN-poisoned). The shapes of test_split_walk_certified (segments 8 + 3 x 8 chunks)."""
     results, ok = _split_call("normal", T, seed=T + V + 1, B=B, V=V, h0=h0, split_walk=4, split_warmup=4,
-                              split_check="posterior")
+                              split_check="posterior", split_launches=launches)
     assert_fp16_walk_close(*results)
     assert ok.shape == (4, B * 4, V // 64) and (ok[1:] == 1).all() and (ok[0] == 2).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-def test_posterior_split_walks_again():
+@pytest.mark.parametrize("launches", [2, 1])
+def test_posterior_split_walks_again(launches):
     """Where the posterior check fails, the segment is walked again from the one before's final state
     (seg_ok 0), in order, and the result is still the reference's: long memory (g = 0) on every
     head; two long-memory heads beside two that forget; a beta of 2.5 in one warm-up (head 3: its
     map may grow the state, so that head certifies nothing)."""
-    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2, split_check="posterior")
+    results, ok = _split_call("zero", 1024, seed=5, split_walk=4, split_warmup=2, split_check="posterior",
+                              split_launches=launches)
     assert_fp16_walk_close(*results)
     assert (ok[1:] == 0).all() and (ok[0] == 2).all()
     results, ok = _split_call("normal", 2048, seed=7, long_heads=2, split_walk=4, split_warmup=4,
-                              split_check="posterior")
+                              split_check="posterior", split_launches=launches)
     assert_fp16_walk_close(*results)
     assert (ok[1:, :2] == 0).all() and (ok[1:, 2:] == 1).all()
     results, ok = _split_call("normal", 2048, seed=9, big_beta=(13 * 64 + 5, 3), split_walk=4, split_warmup=4,
-                              split_check="posterior")              # segment 2's warm-up: chunks 12 .. 15
+                              split_check="posterior", split_launches=launches)   # segment 2's warm-up: chunks 12 .. 15
     assert_fp16_walk_close(*results)
     assert (ok[1:, 3] == 0).all() and (ok[1:, :3] == 1).all()
 
