@@ -251,8 +251,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     little off the WY pass with decaying gates, and with long memory the call took longer (the walk's
     programs then placed after the WY pass's, no longer beside it).
     ``split_launches`` (the posterior check): 2 (default) launches walk_gluon_t's walk (SPLIT 3) and
-    then its check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: ~100 us less host
-    time a call at B = 1 on the GPU machine; its certified path checked on an H200, its walk-again
+    then its check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: predicted ~100 us
+    less host time a call at B = 1 on the GPU machine; its certified path checked on an H200, its walk-again
     path not yet run there, NOTES.md v36).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
