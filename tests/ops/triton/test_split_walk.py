@@ -397,10 +397,11 @@ def test_split_walk_hands_over():
 @pytest.mark.parametrize("B, T, V, h0", [(1, 2048, 64, True), (1, 2085, 64, True), (1, 2048, 128, False),
                                          (2, 2048, 64, True)])
 def test_posterior_split_certified(B, T, V, h0, launches):
-    """The posterior check (split_check="posterior", SPLIT 3 then 4, or both in one launch: 5) with gates that forget within a
-    few chunks: every later segment's warm-up certified against the segment before's checkpoint
-    (seg_ok 1; segment 0 exact, 2), the reference's and the Triton walk's result, every output row
-    written (NaN-poisoned). The shapes of test_split_walk_certified (segments 8 + 3 x 8 chunks)."""
+    """The posterior check (split_check="posterior", SPLIT 3 then 4, or both in one launch: 5) with
+    gates that forget within a few chunks: every later segment's warm-up certified against the segment
+    before's checkpoint (seg_ok 1; segment 0 exact, 2), the reference's and the Triton walk's result,
+    every output row written (NaN-poisoned). The shapes of test_split_walk_certified (segments 8 + 3 x 8
+    chunks)."""
     results, ok = _split_call("normal", T, seed=T + V + 1, B=B, V=V, h0=h0, split_walk=4, split_warmup=4,
                               split_check="posterior", split_launches=launches)
     assert_fp16_walk_close(*results)

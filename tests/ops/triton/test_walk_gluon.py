@@ -15,15 +15,13 @@ pytest.importorskip("triton")
 
 
 WALKS = ["gluon", "gluon_t"]
-KNOBS = {"gluon": dict(walk="gluon"), "gluon_t": dict(walk="gluon_t")}
 BLOCKS = {"gluon": (32, 64), "gluon_t": (64,)}       # state columns a program
-SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}
+SHAPE = {"gluon": {}, "gluon_t": dict(block_v=64, walk_stages=1)}     # where the defaults pick other shapes
 
 
 def _walk(name, shape=True):
-    """A WALKS entry as triton_forward's keywords: the walk (and its knobs) and (shape) the shape it
-    takes where the defaults pick another."""
-    return dict(**KNOBS[name], **(SHAPE[name] if shape else {}))
+    """A WALKS entry as triton_forward's keywords: the walk and (shape) the shape it takes."""
+    return dict(walk=name, **(SHAPE[name] if shape else {}))
 
 
 def _kernels():
