@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 
 @triton.jit
 def _causal_conv1d_fwd_kernel(
@@ -86,7 +88,7 @@ def causal_conv1d_triton(
     strides = (s0.stride(0), s0.stride(1), s0.stride(2)) if s0 is not None else (0, 0, 0)
     BT, BD = 64, 64
     grid = (triton.cdiv(T, BT), triton.cdiv(D, BD), B)
-    _causal_conv1d_fwd_kernel[grid](
+    launch(_causal_conv1d_fwd_kernel, grid,
         x, weight, bias, s0, y, cu_seqlens, seq_of_token,
         T, D,
         x.stride(0), x.stride(1),

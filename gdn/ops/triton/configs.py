@@ -128,9 +128,13 @@ CONFIGS = {
     # v33: the ordered walk beside the WY pass at the caller's priority, not above it (plan_forward's
     # walk_priority; v36: little off the WY pass with decaying gates, slower with long memory)
     "walk prio 0": dict(walk_priority=0),
-    # v36 (certified path checked on an H200; the walk-again path not yet run there): the posterior
-    # check's walk and check in one launch (split_launches, walk_t_kernel's SPLIT 5)
+    # the posterior check's walk and check in one launch (walk_t_kernel's SPLIT 5) or two (SPLIT 3, 4),
+    # whatever the length (v37's default: one below split_walk.ONE_LAUNCH_BELOW chunks a sequence)
     "split one launch": dict(split_launches=1),
+    "split two launches": dict(split_launches=2),
+    # v37 (built on the CPU, not yet run on a GPU): each launch after a key's first straight to the
+    # compiled kernel, past Triton's binding, cache key and hooks (gdn.ops.triton.launch)
+    "direct launches": dict(direct_launch=True),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

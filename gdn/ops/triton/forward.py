@@ -34,6 +34,7 @@ import triton
 from . import plan as planning          # (the device probes: replaced there by tests and compile_report)
 from . import split_walk as splits      # (plan_forward's split_walk argument shadows the module's name)
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
+from .launch import direct_launches, launch
 from .plan import plan_forward
 from .schedule import cdiv, next_pow2, on_stream, on_tensor_device, side_streams
 from .wy import wy_kernel
@@ -55,12 +56,21 @@ def _ensure_allocator() -> None:
 
 
 @on_tensor_device
-def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False,
-                   cu_seqlens=None, use_qk_l2norm=False, chunk_size=64, out=None, **knobs):
-    """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there);
-    ``out`` an output buffer ``[B, T, HV, V]`` in v's dtype to write into. ``knobs`` (benchmarks and
-    tests; named sets in gdn.ops.triton.configs) are gdn.ops.triton.plan.plan_forward's keywords, which
-    it documents: the defaults are the configuration measured correct and fastest on an H200."""
+def triton_forward(q, k, v, g, beta, *, direct_launch=False, **kwargs):
+    """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there), and
+    ``out``, an output buffer ``[B, T, HV, V]`` in v's dtype to write into. The other keywords
+    (benchmarks and tests; named sets in gdn.ops.triton.configs) are gdn.ops.triton.plan.plan_forward's
+    knobs, which it documents: the defaults are the configuration measured correct and fastest on an
+    H200. ``direct_launch=True`` launches each kernel directly once a launch with its key was seen
+    (gdn.ops.triton.launch: less host time a call, the same compiled kernels; not yet run on a GPU,
+    so not the default); False (default) goes through Triton's ``kernel[grid]`` at every launch."""
+    with direct_launches(direct_launch):
+        return _forward(q, k, v, g, beta, **kwargs)
+
+
+def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False, cu_seqlens=None,
+             use_qk_l2norm=False, chunk_size=64, out=None, **knobs):
+    """triton_forward's body, under its device and launch mode."""
     if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
         q = q.float()
     q, k, v = q.contiguous(), k.to(q.dtype).contiguous(), v.contiguous()
@@ -127,7 +137,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
         done: all chunks, in order, each counted in done when finished; with feed = (P, L, W) in the
         order of the certified split's segments)."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
-        wy_kernel[(slots * (HV // p.wy_heads),)](
+        launch(wy_kernel, (slots * (HV // p.wy_heads),),
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
             slots, c_first, *(feed or (0, 0, 0)), SIGNAL=done is not None, FEED=feed is not None,
@@ -167,7 +177,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1)
             return
-        _chunk_fwd_kernel[(NV * N * HV, P)](
+        launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order,
@@ -319,7 +329,7 @@ def triton_forward(q, k, v, g, beta, *, scale: float, initial_state=None, output
             maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
         maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
         NMK = cdiv(K, BV)
-        _segment_maps_kernel[(NMK + NV, N * HV, P - 1)](
+        launch(_segment_maps_kernel, (NMK + NV, N * HV, P - 1),
             q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
             FAST_DOTS=p.fast_dots, SPLIT=p.state_split, **walk_launch)
     state_walk(0, 1 << 30, h0, ht)

@@ -133,7 +133,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=2) -> Plan | None:
+                 split_launches=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -250,10 +250,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     wait to be placed at -2 the GPU places none of the WY pass's. Measured (NOTES.md v36): 0 took
     little off the WY pass with decaying gates, and with long memory the call took longer (the walk's
     programs then placed after the WY pass's, no longer beside it).
-    ``split_launches`` (the posterior check): 2 (default) launches walk_gluon_t's walk (SPLIT 3) and
-    then its check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: predicted ~100 us
-    less host time a call at B = 1 on the GPU machine; its certified path checked on an H200, its walk-again
-    path not yet run there, NOTES.md v36).
+    ``split_launches`` (the posterior check): 2 launches walk_gluon_t's walk (SPLIT 3) and then its
+    check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: one Gluon launch less, a walk
+    ~10% longer: its kernel spills). None (default): 1 below split_walk.ONE_LAUNCH_BELOW chunks a
+    sequence (where the host sets the pace at B = 1), else 2 (NOTES.md v37).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -517,8 +517,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
             and split_warmup > splits.POSTERIOR_MAX_WARMUP:
         raise ValueError(f"split_warmup must be at most {splits.POSTERIOR_MAX_WARMUP} chunks with "
                          f"split_check='posterior' (its margin), got {split_warmup}")
+    if split_launches is None:
+        split_launches = 1 if NT < splits.ONE_LAUNCH_BELOW else 2
     if split_launches not in (1, 2) or isinstance(split_launches, bool):
-        raise ValueError(f"split_launches must be 1 or 2, got {split_launches!r}")
+        raise ValueError(f"split_launches must be None, 1 or 2, got {split_launches!r}")
     for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")

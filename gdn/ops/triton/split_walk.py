@@ -61,6 +61,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .schedule import cdiv, next_pow2
 
 # W: with the bench's decaying gates (logsigmoid(x + 4), mean g ~ -0.025) a summed log-decay of ~ -38
@@ -86,6 +87,12 @@ POSTERIOR_LEAD = 0.75
 # (the module docstring: the window's map may exceed e^{G_win} by (1 + 2^-9)^(64 W) in the worst
 # case, ~20 at W = 24, ~150 at 40, where 2^-30 x 150 / 4 ~ 2^-24.8 is still below fp32's 2^-24).
 POSTERIOR_MAX_WARMUP = 40
+# The posterior check's walk and check in one launch (walk_t_kernel's SPLIT 5) below this many chunks a
+# sequence: one Gluon launch less (~0.15 ms of host time a call on the GPU machine) for a walk ~10%
+# longer (the merged kernel spills). On an H200 (NOTES.md v37, B1, decaying gates) one launch took
+# T32k (512 chunks, where the host sets the pace) from 1.242 to 1.084 ms and two stayed faster from
+# 1024 chunks on (T64k 1.514 against 1.605 ms, T128k 2.984 against 3.150).
+ONE_LAUNCH_BELOW = 1024
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
 
@@ -217,11 +224,11 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
     v, g, beta = v.contiguous(), g.float().contiguous(), beta.float().contiguous()
     growth, decay = torch.empty(2, B * HV, n_chunks, dtype=torch.float32, device=v.device)
     BVP = next_pow2(V)
-    _chunk_growth_kernel[(n_chunks, B * HV)](v, g, beta, err if heads is None else heads, growth, decay, T, n_chunks,
-                                             HV=HV, V=V, BT=BT, BVP=BVP, HAS_HEADS=heads is not None)
+    launch(_chunk_growth_kernel, (n_chunks, B * HV), v, g, beta, err if heads is None else heads, growth, decay, T,
+           n_chunks, HV=HV, V=V, BT=BT, BVP=BVP, HAS_HEADS=heads is not None)
     K = 1 if h0 is None else h0.shape[2]
     PB = next_pow2(P)
-    _segment_bounds_kernel[(B * HV,)](
+    launch(_segment_bounds_kernel, (B * HV,),
         growth, decay, v if h0 is None else h0.float().contiguous(), err, n_chunks, P, L, W, K=K, V=V,
         HAS_H0=h0 is not None, CB=max(16, min(128, 4096 // PB)), PB=PB, BK=min(16, next_pow2(K)),
         BVP=BVP)
@@ -274,9 +281,9 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     B, T, HV = g.shape
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
     HB = min(8, next_pow2(HV))
-    _forgetting_kernel[(B, cdiv(HV, HB))](g, beta, heads, T, P, L, W, L if L0 is None else L0,
-                                          forget_log2 * 0.6931471805599453, HV=HV, BT=BT, HB=HB,
-                                          BLOCK=max(64, min(2048, next_pow2(W * BT))), num_warps=8)
+    launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, T, P, L, W, L if L0 is None else L0,
+           forget_log2 * 0.6931471805599453, HV=HV, BT=BT, HB=HB, BLOCK=max(64, min(2048, next_pow2(W * BT))),
+           num_warps=8)
     return heads
 
 

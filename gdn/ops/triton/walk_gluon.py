@@ -37,6 +37,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
+from .launch import launch
 from .split_dot import tile_max
 from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .wy import counting_head
@@ -349,9 +350,16 @@ def _tile_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLa
 
 
 def _rows(x: torch.Tensor, block: list[int]) -> TensorDescriptor:
-    """A descriptor of a [B, T, heads, dim] tensor as [B x T, heads x dim] in [block] tiles."""
-    x2 = x.reshape(x.shape[0] * x.shape[1], x.shape[2] * x.shape[3])
-    return TensorDescriptor.from_tensor(x2, block, _tile_layout(tuple(block), x.dtype))
+    """A descriptor of a contiguous [B, T, heads, dim] tensor as [B x T, heads x dim] in [block] tiles.
+    Its fields are set directly: TensorDescriptor's constructor checks what the plan has checked
+    (16-byte rows and base, the block's shape) and a reshaped view costs as much again, ~2.5 us a
+    descriptor of the ~11 a B = 1 call makes (NOTES.md v37). Triton reads the base only for its
+    address and dtype, so the 4-D tensor stands for its 2-D view."""
+    rows, width = x.shape[0] * x.shape[1], x.shape[2] * x.shape[3]
+    desc = object.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides, desc.block_shape = x, [rows, width], [width, 1], block
+    desc.layout, desc.padding = _tile_layout(tuple(block), x.dtype), "zero"
+    return desc
 
 
 def shared_descriptors(qn, kn, tb, attn, BT):
@@ -401,7 +409,7 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon",
                                  descs)
-    walk_gluon_kernel[(V // BV * N * HV,)](
+    launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group, SKIP=skip is not None, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
+from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
@@ -516,7 +517,7 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     heads = split_heads if split_heads is not None else split.trusted if posterior else o
     d_o = _rows(o, [BT, BV])
     for phase in phases:
-        walk_t_kernel[(P * (V // BV) * N * HV,)](
+        launch(walk_t_kernel, (P * (V // BV) * N * HV,),
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
             GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None,

@@ -69,7 +69,7 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(split_warmup=0), "split_warmup must be an int of at least 1"),
     (dict(bounds_priority=True), "bounds_priority must be an int"),
     (dict(walk_priority=0.5), "walk_priority must be an int"),
-    (dict(split_launches=3), "split_launches must be 1 or 2"),
+    (dict(split_launches=3), "split_launches must be None, 1 or 2"),
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
 ])
 def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):

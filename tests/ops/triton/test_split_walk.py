@@ -264,15 +264,16 @@ def _record_walks(monkeypatch, T, **kw):
 
 def test_automatic_split_routing(monkeypatch):
     """The defaults at B = 1 from AUTO_MIN_CHUNKS chunks on: the WY pass with its counts, the heads'
-    choice, the ordered walk beside it skipping the chosen heads, and the split's two launches for
-    the chosen heads only: the walk, then the posterior check (SPLIT 3, 4). With split_check="bounds"
+    choice, the ordered walk beside it skipping the chosen heads, and the split for the chosen heads
+    only: its walk and posterior check in one launch (SPLIT 5) below ONE_LAUNCH_BELOW chunks, else
+    (or with split_launches=2) the walk, then the check (SPLIT 3, 4). With split_check="bounds"
     the bounds' two kernels come after the ordered walk (whose programs they would crowd out), then
     the warm-ups and the segments (SPLIT 1, 2). The forced split (every head) takes the posterior
     check too. Shorter sequences and split_walk=False keep the ordered walk alone, "auto" splits
     them too."""
     T = split_walk.AUTO_MIN_CHUNKS * 64
     names = lambda seen: [name for name, _ in seen]
-    seen = _record_walks(monkeypatch, T)
+    seen = _record_walks(monkeypatch, T, split_launches=2)
     assert names(seen) == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel", "walk_t_kernel"]
     kws = dict(seen)
     assert kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] and kws["walk_gluon_kernel"]["WAIT"]
@@ -283,16 +284,20 @@ def test_automatic_split_routing(monkeypatch):
                              "_segment_bounds_kernel", "walk_t_kernel", "walk_t_kernel"]
     assert [kw["SPLIT"] for name, kw in bounds if name == "walk_t_kernel"] == [1, 2]
     assert all(kw["CHOSEN"] and not kw["WAIT"] for name, kw in bounds if name == "walk_t_kernel")
-    forced = _record_walks(monkeypatch, T, split_walk=True, walk="gluon_t", block_v=64, walk_stages=1)
+    forced = _record_walks(monkeypatch, T, split_walk=True, walk="gluon_t", block_v=64, walk_stages=1,
+                           split_launches=2)
     assert names(forced) == ["wy_kernel", "_forgetting_kernel", "walk_t_kernel", "walk_t_kernel"]
     assert [kw["SPLIT"] for name, kw in forced if name == "walk_t_kernel"] == [3, 4]
     assert not any(kw["CHOSEN"] for name, kw in forced if name == "walk_t_kernel")
-    one = _record_walks(monkeypatch, T, split_launches=1)          # the walk and its check in one launch
+    one = _record_walks(monkeypatch, T)                   # the default below ONE_LAUNCH_BELOW chunks: one launch
     assert names(one) == names(seen)[:-1] and [kw["SPLIT"] for name, kw in one if name == "walk_t_kernel"] == [5]
+    for chunks, launches in ((split_walk.ONE_LAUNCH_BELOW - 1, [5]), (split_walk.ONE_LAUNCH_BELOW, [3, 4])):
+        longer = _record_walks(monkeypatch, chunks * 64)
+        assert [kw["SPLIT"] for name, kw in longer if name == "walk_t_kernel"] == launches, chunks
     for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False),
                     _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
         assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
-    assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(seen)     # "auto": any length
+    assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(one)      # "auto": any length
 
 
 def test_split_walk_refusals(monkeypatch):

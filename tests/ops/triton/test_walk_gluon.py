@@ -239,3 +239,27 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     flags.clear()
     assert walk(2, 8192, H=2, HV=4, walk="gluon", pieces=4) == [("gluon", (4 * 2 * 4,))]
     assert flags == [(False, False, False, True)]
+
+
+@pytest.mark.parametrize("shape, block, dtype", [((1, 192, 16, 128), [64, 128], torch.float16),
+                                                 ((2, 64, 32, 64), [64, 64], torch.float16),
+                                                 ((1, 128, 32, 128), [64, 32], torch.bfloat16)])
+def test_rows_descriptor_is_triton_s(shape, block, dtype):
+    """walk_gluon._rows sets a descriptor's fields itself (no checks, no reshape): Triton must see it
+    as the descriptor its own constructor makes of the 2-D view, in the fields its launcher reads and
+    in the kernel's specialisation."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from gdn.ops.triton.walk_gluon import _rows, _tile_layout
+    x = torch.empty(shape, dtype=dtype)
+    ours = _rows(x, block)
+    theirs = TensorDescriptor.from_tensor(x.reshape(shape[0] * shape[1], -1), block, _tile_layout(tuple(block), dtype))
+    assert (list(ours.shape), list(ours.strides)) == (list(theirs.shape), list(theirs.strides))
+    assert (ours.block_shape, ours.layout, ours.padding) == (theirs.block_shape, theirs.layout, theirs.padding)
+    assert ours.base.data_ptr() == theirs.base.data_ptr() and ours.base.dtype == theirs.base.dtype
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    assert native_specialize_impl(backend, ours, False, True, True) == \
+        native_specialize_impl(backend, theirs, False, True, True)
