@@ -35,7 +35,7 @@ from . import plan as planning          # (the device probes: replaced there by 
 from . import split_walk as splits      # (plan_forward's split_walk argument shadows the module's name)
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
 from .launch import direct_launches, launch
-from .plan import plan_forward
+from .plan import planned
 from .schedule import cdiv, next_pow2, on_stream, on_tensor_device, side_streams
 from .wy import wy_kernel
 
@@ -76,7 +76,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     q, k, v = q.contiguous(), k.to(q.dtype).contiguous(), v.contiguous()
     g, beta = g.float().contiguous(), beta.float().contiguous()
     h0 = None if initial_state is None else initial_state.float().contiguous()
-    p = plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size, **knobs)
+    p = planned(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size, **knobs)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     N = B if cu_seqlens is None else cu_seqlens.numel() - 1

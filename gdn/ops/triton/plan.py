@@ -57,9 +57,10 @@ def _is_int(value, low: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= low
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """One call's resolved configuration (plan_forward's docstring says what each knob does).
+    """One call's resolved configuration (plan_forward's docstring says what each knob does); frozen:
+    planned() hands the same one to every call of its key.
     Upper-case names are the kernels' sizes: B sequences (dense) of T tokens, or N packed ones; H q/k
     heads of K, HV value heads of V; chunks of BT tokens, NT of them a sequence; key blocks of BK; BV
     state columns a walk program, NV programs a head; BLOCK the inverse's diagonal blocks; P segments
@@ -123,6 +124,48 @@ class Plan:
     walk_priority: int            # the walk's side stream beside the WY pass (flags)
     split_launches: int           # the posterior check's launches: 2 (walk, check) or 1 (both)
     common: dict                  # the constexprs and launch options every kernel takes
+
+
+MAX_PLANS = 1024                 # past this many keys the table starts again
+_PLANS: dict = {}
+
+
+def plan_key(q, v, cu_seqlens, scale, use_qk_l2norm, chunk_size, knobs: dict) -> tuple:
+    """Everything plan_forward reads of a call: q's and v's shapes and dtypes, the device, whether v
+    is 16-byte aligned (_tma_ready), the number of packed sequences, scale, l2norm, the chunk size, the
+    knobs with their types (split_walk=True is not split_walk=1, though True == 1), whether a CUDA
+    graph is being captured, and the device probes themselves (tests and compile_report replace them:
+    a replaced probe is another key). Raises TypeError for an unhashable knob."""
+    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    key = (q.shape, q.dtype, q.device, v.shape, v.dtype, v.data_ptr() % 16,
+           None if cu_seqlens is None else cu_seqlens.numel(), float(scale), bool(use_qk_l2norm), chunk_size,
+           tuple((name, type(value), value) for name, value in knobs.items()), capturing, num_sms, _tma_ready,
+           cuda_major)
+    hash(key)
+    return key
+
+
+def planned(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, **knobs) -> Plan | None:
+    """plan_forward's Plan for this call, made once per plan_key on a CUDA device (~17 us of Python a
+    call on this project's CPU VM, which the GPU machine's slower host pays again at B = 1, where the
+    host sets the pace: NOTES.md v37). Elsewhere (CPU tensors in the interpreter, meta tensors) and for
+    unhashable knobs, plan_forward at every call. Refusals are never kept: they raise every time."""
+    if q.device.type != "cuda" or triton_interpreting():
+        return plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
+                            **knobs)
+    try:
+        key = plan_key(q, v, cu_seqlens, scale, use_qk_l2norm, chunk_size, knobs)
+    except TypeError:
+        return plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
+                            **knobs)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
+                            **knobs)
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
 
 
 def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_segments=None,

@@ -95,3 +95,42 @@ def test_an_unknown_knob_is_a_type_error():
     q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
     with pytest.raises(TypeError, match="walk_stage"):
         plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True, walk_stage=2)
+
+
+def test_plan_key_holds_what_the_plan_reads(monkeypatch):
+    """planned() keeps one Plan per plan_key on a GPU: the key tells apart every input plan_forward
+    reads (shapes, dtypes, v's alignment, packed sequences, scale, l2norm, chunk size, knobs, a
+    replaced device probe), and is the same for fresh tensors of one call."""
+    def key(q, v, cu=None, scale=0.125, l2=True, chunk=64, **knobs):
+        return planning.plan_key(q, v, cu, scale, l2, chunk, knobs)
+    q, v = (torch.empty(1, 64, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    flat = torch.empty(v.numel() + 1, dtype=v.dtype)
+    same = key(torch.empty_like(q), torch.empty_like(v))
+    assert key(q, v) == same
+    keys = [same, key(q[:, :32], v[:, :32]), key(q.float(), v.float()), key(q, flat[1:].view(v.shape)),
+            key(q, v, cu=torch.zeros(3, dtype=torch.int32)), key(q, v, cu=torch.zeros(4, dtype=torch.int32)),
+            key(q, v, scale=0.25), key(q, v, l2=False), key(q, v, chunk=32), key(q, v, split_walk=True),
+            key(q, v, split_walk=1)]                  # True: the SM count's segments; 1: one segment
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)
+    keys.append(key(q, v))
+    assert len(set(keys)) == len(keys)
+    with pytest.raises(TypeError):
+        key(q, v, num_segments=[2])
+
+
+def test_planned_plans_every_call_off_a_gpu():
+    """Off CUDA (meta tensors here, the interpreter in the suite) nothing is kept: each call plans
+    anew, so tests that replace the device probes see their effect."""
+    q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
+    one = planning.planned(q, v, None, scale=0.125, use_qk_l2norm=True)
+    assert one == planning.planned(q, v, None, scale=0.125, use_qk_l2norm=True)
+    assert one is not planning.planned(q, v, None, scale=0.125, use_qk_l2norm=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans are kept on CUDA devices only")
+def test_planned_keeps_one_plan_a_key_on_a_gpu():
+    q = torch.empty(1, 300, 1, 64, dtype=torch.bfloat16, device="cuda")
+    v = torch.empty(1, 300, 2, 64, dtype=torch.bfloat16, device="cuda")
+    one = planning.planned(q, v, None, scale=0.125, use_qk_l2norm=True)
+    assert planning.planned(torch.empty_like(q), torch.empty_like(v), None, scale=0.125, use_qk_l2norm=True) is one
+    assert planning.planned(q, v, None, scale=0.125, use_qk_l2norm=True, walk="triton") is not one
