@@ -103,7 +103,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         else:
             w_parts = torch.empty(p.state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
             w, w2, w3 = w_parts[0], w_parts[1], w_parts[p.state_split - 1]
-        if use_qk_l2norm:
+        if use_qk_l2norm and not p.f16:          # (the fp16 walk reads the normalised copies qn, kn instead)
             rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
             rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
     else:
