@@ -150,21 +150,20 @@ def planned(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, **knobs) -
     call on this project's CPU VM, which the GPU machine's slower host pays again at B = 1, where the
     host sets the pace: NOTES.md v37). Elsewhere (CPU tensors in the interpreter, meta tensors) and for
     unhashable knobs, plan_forward at every call. Refusals are never kept: they raise every time."""
-    if q.device.type != "cuda" or triton_interpreting():
-        return plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
-                            **knobs)
-    try:
-        key = plan_key(q, v, cu_seqlens, scale, use_qk_l2norm, chunk_size, knobs)
-    except TypeError:
-        return plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
-                            **knobs)
-    plan = _PLANS.get(key)
+    key = None
+    if q.device.type == "cuda" and not triton_interpreting():
+        try:
+            key = plan_key(q, v, cu_seqlens, scale, use_qk_l2norm, chunk_size, knobs)
+        except TypeError:
+            pass
+    plan = None if key is None else _PLANS.get(key)
     if plan is None:
         plan = plan_forward(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size,
                             **knobs)
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
+        if key is not None:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
     return plan
 
 
