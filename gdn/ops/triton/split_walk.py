@@ -89,9 +89,11 @@ POSTERIOR_LEAD = 0.75
 POSTERIOR_MAX_WARMUP = 40
 # The posterior check's walk and check in one launch (walk_t_kernel's SPLIT 5) below this many chunks a
 # sequence: one Gluon launch less (~0.15 ms of host time a call on the GPU machine) for a walk ~10%
-# longer (the merged kernel spills). On an H200 (NOTES.md v37, B1, decaying gates) one launch took
+# longer (the merged kernel spilled). On an H200 (NOTES.md v37, B1, decaying gates) one launch took
 # T32k (512 chunks, where the host sets the pace) from 1.242 to 1.084 ms and two stayed faster from
-# 1024 chunks on (T64k 1.514 against 1.605 ms, T128k 2.984 against 3.150).
+# 1024 chunks on (T64k 1.514 against 1.605 ms, T128k 2.984 against 3.150). Since v38 the merged
+# kernel's walk spills 3 values a chunk instead of 9 (compiled, not yet timed): if its walk then
+# takes the two launches' time, one launch wins at every length and this bound goes.
 ONE_LAUNCH_BELOW = 1024
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)

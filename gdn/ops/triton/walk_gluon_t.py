@@ -43,7 +43,7 @@ from .chunk_fwd import wait_group
 from .decay import exp_ftz
 from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
-from .wy import fresh_program_id
+from .wy import fresh_int, fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
                          program_rows, walk_launch)
 
@@ -260,22 +260,27 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
     3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
     placed earlier), as the second launch's did, so one launch cannot deadlock where two did not;
-    it saves the second launch's host time (predicted ~100 us a call on the GPU machine's host,
-    NOTES.md v36) and the wait for every segment's walk between them."""
+    it saves the second launch's host time (~160 us a call on the GPU machine's host, NOTES.md v37)
+    and the wait for every segment's walk between them. Phase 4 reads the program id and the scalar
+    arguments afresh (fresh_program_id, fresh_int): merged with phase 3's, what it derives from them
+    stayed live through phase 3's walk and spilled its loop (9 local loads and stores a chunk, that
+    walk ~9% slower than the two launches' on an H200, v37; now 3, off the products' chain)."""
     FIRST: gl.constexpr = 3 if SPLIT == 5 else SPLIT
-    _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound, seg_warm,
-            seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES, HAS_H0,
-            STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN, num_warps)
+    _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
+            seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES,
+            HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN, num_warps)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
-        _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound, seg_warm,
-                seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES, HAS_H0,
-                STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN, num_warps)
+        _walk_t(fresh_program_id(), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+                seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
+                fresh_int(L), fresh_int(W), fresh_int(L0), H, HV, K, V, BT,
+                BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
+                num_warps)
 
 
 @gluon.jit
-def _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
             seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
             BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
@@ -319,7 +324,7 @@ def _walk_t(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, 
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
-     i_seg_state) = _segment_rows(gl.program_id(0), cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV, K, V, BT, BV,
+     i_seg_state) = _segment_rows(pid, cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV, K, V, BT, BV,
                                   IS_VARLEN, LONGEST_FIRST, SPLIT)
     if CHOSEN:
         if gl.load(seg_heads + i_nh) == 0:

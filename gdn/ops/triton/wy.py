@@ -46,6 +46,17 @@ def fresh_program_id():
 
 
 @triton.jit
+def fresh_int(x):
+    """An int32 scalar x, as a value the compiler cannot merge with x itself: what a kernel's second
+    phase derives from its arguments is then formed again there, not kept live through the first."""
+    if _READ_CTAID:
+        # (x plus a zero the compiler cannot see through: x may be a constant, an int Triton folded.)
+        return x + tl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return x
+
+
+@triton.jit
 def counting_head(i_hv, H: tl.constexpr, HV: tl.constexpr, SHARED_QK: tl.constexpr):
     """The head whose done count (SIGNAL / the walk's WAIT) chunks of value head i_hv add to and wait
     on: i_hv itself, or with SHARED_QK (the fp16 walk, whose q and k the first value head of each

@@ -59,3 +59,24 @@ def test_no_uniform_register_read_before_its_write(heads, extra):
     assert any(name in run.stdout for name in gluon_kernels) == any("gluon" in arg for arg in extra)
     variants = extra[extra.index("--variants") + 1].split(",") if "--variants" in extra else []
     assert any(variant.startswith("gluon t") for variant in variants) == ("walk_t_kernel" in run.stdout)
+
+
+def test_one_launch_split_walk_keeps_its_loop_in_registers():
+    """The posterior split's walk and check in one launch (walk_t_kernel's SPLIT 5) compiles its walk's
+    chunk loop as the two-launch walk (SPLIT 3) does: the check's values formed again after the walk
+    (fresh_program_id, fresh_int), not held through it, where they spilled the loop's barrier and
+    operand addresses (9 local loads and stores a chunk, the walk ~9% slower on an H200: NOTES.md
+    v37). At most 3 a chunk (the checkpoint's chunk index and one address around a TMA issue, off the
+    products' chain), and at most 5% more instructions a chunk."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(REPORT), "--variants", "split one launch,split two launches",
+                          "--shape", "1,32768"], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # "... walk_t_kernel (256,) ... 1339-209/28/3 ...": instructions a chunk, HGMMAs, local loads + stores.
+    loops = {}
+    for variant, instr, ldst in re.findall(r"^(split \w+ launch\w*) +walk_t_kernel .* (\d+)(?:-\d+)?/\d+/(\d+) ",
+                                           run.stdout, re.M):
+        loops.setdefault(variant, []).append((int(instr), int(ldst)))
+    (merged,), (walk, check) = loops["split one launch"], loops["split two launches"]
+    assert merged[1] <= 3, (merged, walk)
+    assert merged[0] <= 1.05 * walk[0], (merged, walk)
