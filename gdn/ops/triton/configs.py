@@ -132,6 +132,8 @@ CONFIGS = {
     # whatever the length (v37's default: one below split_walk.ONE_LAUNCH_BELOW chunks a sequence)
     "split one launch": dict(split_launches=1),
     "split two launches": dict(split_launches=2),
+    # v38: the automatic split's heads marked by the WY pass's chunk-0 programs (no launch of their own)
+    "heads in wy": dict(split_heads_in="wy"),
     # v37 (built on the CPU, not yet run on a GPU): each launch after a key's first straight to the
     # compiled kernel, past Triton's binding, cache key and hooks (gdn.ops.triton.launch)
     "direct launches": dict(direct_launch=True),

@@ -132,21 +132,24 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         slot_ids = torch.arange(NT + N, dtype=torch.int32, device=q.device)
         slot_seqs = torch.searchsorted(chunk_offsets[1:], slot_ids, right=True, out_int32=True).clamp_(max=N - 1)
 
-    def wy_pass(c_first, n_chunks, done=None, feed=None):
+    def wy_pass(c_first, n_chunks, done=None, feed=None, forget=None):
         """WY factors of chunks c_first .. c_first + n_chunks - 1 of every sequence, in parallel (with
         done: all chunks, in order, each counted in done when finished; with feed = (P, L, W) in the
-        order of the certified split's segments)."""
+        order of the certified split's segments; with forget = (heads, P, L, W, L0) also the automatic
+        split's heads, as split_walk.forgetting_heads(g, beta, BT, P, L, W, L0))."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         launch(wy_kernel, (slots * (HV // p.wy_heads),),
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-            slots, c_first, *(feed or (0, 0, 0)), SIGNAL=done is not None, FEED=feed is not None,
+            slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)),
+            splits.FORGET_LOG2 * splits.LN2 if forget else 0.0, SIGNAL=done is not None, FEED=feed is not None,
             GROUP=flag_group if done is not None else 1,
             BV=max(16, next_pow2(V)), BLOCK=p.BLOCK, LOG_BLOCKS=(BT // p.BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=p.inverse, WY_SPLIT=p.wy_split,
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
-            FALLBACK_AFTER=p.wy_fallback == "after", **p.common, **_maxnreg(p.wy_maxnreg))
+            FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
+            FORGET_BLOCK=splits.forgets_block(forget[3], BT) if forget else 64, **p.common, **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one
@@ -159,6 +162,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
 
     split = None                   # walk_gluon_t's certified split (split_walk: formed beside the WY pass)
     skip_heads = None              # the automatic split's heads, which walk_gluon then skips
+    skip_late = False              # ... marked by the WY pass (split_heads_in="wy"): read after its first counts
     walk_descs = None              # descriptors both Gluon walks read (the automatic split launches both)
 
     def state_walk(c_first, c_end, h_in, h_out, done=None):
@@ -169,7 +173,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
-                       flag_group if done is not None else 1, skip_heads, walk_descs)
+                       flag_group if done is not None else 1, skip_heads, walk_descs, skip_late)
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
@@ -223,7 +227,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                     state_walk(0, 1 << 30, h0, ht, done=done)
             return o, ht
         # The automatic split: on the first side stream the heads whose warm-ups forget (from g and
-        # beta, a few microseconds), then the ordered walk of the others beside the WY pass; with
+        # beta, a few microseconds; or, split_heads_in="wy", marked by the WY pass's chunk-0 programs,
+        # which the ordered walk waits for anyway), then the ordered walk of the others beside the WY pass; with
         # split_check="bounds", on the second the certificates' bounds, launched after that walk
         # (their many small programs would otherwise take the SMs the walk's programs wait for: 0.3
         # ms later at B1 x T128k on an H200, NOTES.md v26); after the WY pass, on the caller's
@@ -234,19 +239,26 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         from .walk_gluon import shared_descriptors
         posterior = p.split_check == "posterior"              # (no second side stream: no bounds beside)
         priorities = (p.walk_priority,) if posterior else (p.walk_priority, p.bounds_priority)
+        # The heads from the WY pass's chunk-0 programs (split_heads_in="wy", the posterior check: the
+        # bounds beside the WY pass need them before it), else from their own kernel on the side stream.
+        skip_late = posterior and p.split_heads_in == "wy"
+        if skip_late:
+            skip_heads = torch.empty(N * HV, dtype=torch.int32, device=q.device)
         with side_streams(q.device, len(priorities), priorities=priorities) as (main, side, *side2):
-            wy_pass(0, NT, done)
+            wy_pass(0, NT, done, forget=(skip_heads, P_s, L_s, W_s, L0_s) if skip_late else None)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
             with on_stream(side):
-                skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
-                heads_ready = None if side is None else side.record_event()
+                if not skip_late:
+                    skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
+                    heads_ready = None if side is None else side.record_event()
                 state_walk(0, 1 << 30, h0, ht, done=done)
             if posterior:
                 # Nothing beside the WY pass: the segments check their warm-ups against each other's
-                # states (buffers made on the caller's stream), so only the heads are waited for.
+                # states (buffers made on the caller's stream), so only the heads are waited for
+                # (made on the caller's stream by the WY pass, or on the side stream).
                 cert = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, 64, trusted=skip_heads)
-                made = [skip_heads]
-                if main is not None:
+                made = [] if skip_late else [skip_heads]
+                if main is not None and not skip_late:
                     main.wait_event(heads_ready)
             else:
                 side2 = side2[0]

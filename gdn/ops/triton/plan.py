@@ -123,6 +123,7 @@ class Plan:
     bounds_priority: int
     walk_priority: int            # the walk's side stream beside the WY pass (flags)
     split_launches: int           # the posterior check's launches: 2 (walk, check) or 1 (both)
+    split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -175,7 +176,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=None) -> Plan | None:
+                 split_launches=None, split_heads_in="kernel") -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -296,6 +297,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: one Gluon launch less, a walk
     ~10% longer: its kernel spills). None (default): 1 below split_walk.ONE_LAUNCH_BELOW chunks a
     sequence (where the host sets the pace at B = 1), else 2 (NOTES.md v37).
+    ``split_heads_in`` (the automatic split with the posterior check): where the heads it splits are
+    chosen: "kernel" (default) split_walk.forgetting_heads' own launch on the ordered walk's side
+    stream, which the segments wait for by an event; "wy" the WY pass's chunk-0 programs (wy_kernel's
+    FORGET), the ordered walk reading them once its first chunks are counted (walk_gluon_kernel's
+    SKIP = 2): one launch and one event less on the host (~60-80 us a call on the GPU machine's host,
+    NOTES.md v37's stages; not yet run on a GPU, so not the default).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -563,6 +570,11 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         split_launches = 1 if NT < splits.ONE_LAUNCH_BELOW else 2
     if split_launches not in (1, 2) or isinstance(split_launches, bool):
         raise ValueError(f"split_launches must be None, 1 or 2, got {split_launches!r}")
+    if split_heads_in not in ("kernel", "wy"):
+        raise ValueError(f"split_heads_in must be 'kernel' or 'wy', got {split_heads_in!r}")
+    if split_heads_in == "wy" and split_check == "bounds":
+        raise ValueError("split_heads_in='wy' takes split_check='posterior' (the bounds beside the WY pass need the "
+                         "heads before it)")
     for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")
@@ -592,4 +604,5 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
-                walk_priority=walk_priority, split_launches=split_launches, common=common)
+                walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
+                common=common)

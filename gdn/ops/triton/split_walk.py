@@ -95,6 +95,7 @@ POSTERIOR_MAX_WARMUP = 40
 # kernel's walk spills 3 values a chunk instead of 9 (compiled, not yet timed): if its walk then
 # takes the two launches' time, one launch wins at every length and this bound goes.
 ONE_LAUNCH_BELOW = 1024
+LN2 = 0.6931471805599453    # (forget_log2 in the kernels' natural logarithm)
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
 
@@ -238,24 +239,21 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
 
 
 @triton.jit
-def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
-                       HB: tl.constexpr, BLOCK: tl.constexpr):
-    """heads [N x HV] int32 (forgetting_heads): one program a sequence and HB value heads, grid
-    (N, cdiv(HV, HB)), reading [BLOCK tokens, HB heads] tiles (HB adjacent fp32 a token: whole
-    sectors). Segment p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets
-    if its summed log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the
-    sequence's start (then it is exact). A warm-up of up to BLOCK tokens is one round of loads."""
-    i_n, i_b = tl.program_id(0), tl.program_id(1)
-    o_h = i_b * HB + tl.arange(0, HB)
-    m_h = o_h < HV
-    base = i_n.to(tl.int64) * T * HV
+def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
+            BLOCK: tl.constexpr):
+    """Whether value heads o_h (a vector, where m_h) of one sequence forget in every warm-up:
+    int32 1 or 0 each (forgetting_heads' test; g and beta from token row ``base`` x HV on). Segment
+    p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets if its summed
+    log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the sequence's
+    start (then it is exact). Reads [BLOCK tokens, heads] tiles: a warm-up of up to BLOCK tokens is
+    one round of loads."""
     o_t = tl.arange(0, BLOCK)
-    chosen = tl.full([HB], 1, tl.int32)
+    chosen = (o_h >= 0).to(tl.int32)
     for p in range(1, P):
         first = tl.maximum(L0 + (p - 1) * L - W, 0) * BT
         end = (L0 + (p - 1) * L) * BT
-        acc = tl.zeros([HB], tl.float32)
-        growing = tl.zeros([HB], tl.int32)
+        acc = tl.zeros(o_h.shape, tl.float32)
+        growing = tl.zeros(o_h.shape, tl.int32)
         for t0 in range(first, end, BLOCK):
             t = t0 + o_t
             m = (t < end)[:, None] & m_h[None, :]
@@ -263,8 +261,20 @@ def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constex
             acc += tl.sum(tl.load(g + offs, mask=m, other=0.0), 0)
             b_beta = tl.load(beta + offs, mask=m, other=0.0)
             growing |= tl.max(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0)
-        forgets = ((acc <= forget_ln) & (growing == 0)) | (first == 0)
-        chosen = chosen & forgets.to(tl.int32)
+        chosen = chosen & (((acc <= forget_ln) & (growing == 0)) | (first == 0)).to(tl.int32)
+    return chosen
+
+
+@triton.jit
+def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
+                       HB: tl.constexpr, BLOCK: tl.constexpr):
+    """heads [N x HV] int32 (forgetting_heads): one program a sequence and HB value heads, grid
+    (N, cdiv(HV, HB)), reading [BLOCK tokens, HB heads] tiles (HB adjacent fp32 a token: whole
+    sectors); the test: forgets'."""
+    i_n, i_b = tl.program_id(0), tl.program_id(1)
+    o_h = i_b * HB + tl.arange(0, HB)
+    m_h = o_h < HV
+    chosen = forgets(g, beta, i_n.to(tl.int64) * T * HV, o_h, m_h, T, P, L, W, L0, forget_ln, HV, BT, BLOCK)
     tl.store(heads + i_n * HV + o_h, chosen, mask=m_h)
 
 
@@ -284,9 +294,13 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
     HB = min(8, next_pow2(HV))
     launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, T, P, L, W, L if L0 is None else L0,
-           forget_log2 * 0.6931471805599453, HV=HV, BT=BT, HB=HB, BLOCK=max(64, min(2048, next_pow2(W * BT))),
-           num_warps=8)
+           forget_log2 * LN2, HV=HV, BT=BT, HB=HB, BLOCK=forgets_block(W, BT), num_warps=8)
     return heads
+
+
+def forgets_block(W: int, BT: int) -> int:
+    """forgets' BLOCK (tokens a round of loads) for warm-ups of W chunks of BT tokens."""
+    return max(64, min(2048, next_pow2(W * BT)))
 
 
 def aligned_group(group: int, *lengths: int) -> int:

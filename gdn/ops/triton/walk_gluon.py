@@ -253,7 +253,10 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     counted at each q/k head's first value head: wy_kernel's SIGNAL), as chunk_fwd's walk does.
 
     SKIP (dense; the automatic split, gdn.ops.triton.split_walk.forgetting_heads): a program whose
-    head has skip [N x HV] int32 nonzero returns at once (the split walks that head).
+    head has skip [N x HV] int32 nonzero returns (the split walks that head): SKIP = 1 at once (the
+    heads were marked before this launch), SKIP = 2 (with WAIT) once the WY pass has counted the
+    head's first group of chunks, whose chunk-0 program marks the head before its count (wy_kernel's
+    FORGET); read then at L2 (an atomic), after an acquire, as the WY pass's tiles are.
 
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
@@ -262,7 +265,13 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     KS: gl.constexpr = STAGES + 1
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         gl.program_id(0), cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
-    if SKIP:
+    if SKIP == 2:
+        gl.static_assert(WAIT, "SKIP = 2 waits on the WY pass's counts")
+        wait_group(done, i_n, counting_head(i_hv, H, HV, True), 0, NT, HV, GROUP, HV // H)
+        gl.thread_barrier()                # (every thread's read after the acquire)
+        if gl.atomic_add(skip + i_nh, 0, sem="acquire") != 0:
+            return
+    elif SKIP:
         if gl.load(skip + i_nh) != 0:
             return
 
@@ -392,12 +401,13 @@ def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, B
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None):
+               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
-    skip [N x HV] int32 or None: heads whose programs return at once (nonzero; walk_gluon_kernel's SKIP);
+    skip [N x HV] int32 or None: heads whose programs return at once (nonzero; walk_gluon_kernel's SKIP;
+    skip_late: the WY pass marks them, read once its first counts are in, SKIP = 2);
     descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
@@ -407,9 +417,12 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
     if V % BV:
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
+    if skip_late and (skip is None or done is None):
+        raise ValueError("skip_late (the WY pass marks the heads to skip) needs skip and done (its counts)")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon",
                                  descs)
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, H=H, HV=HV, K=K, V=V, BT=BT,
-        BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group, SKIP=skip is not None, **flags, num_warps=num_warps,
+        BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
+        SKIP=0 if skip is None else 2 if skip_late else 1, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -28,7 +28,7 @@ from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square
 from .decay import chunk_decay
 from .inverse import f16_out_of_range, inverse_f16, unit_lower_inverse, unit_lower_inverse_blocks
 from .split_dot import split_dot, store_parts
-from .split_walk import feed_chunk
+from .split_walk import feed_chunk, forgets
 
 
 _READ_CTAID = tl.constexpr(not triton_interpreting())    # (the interpreter runs no inline assembly)
@@ -370,10 +370,12 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P
     return i_n, i_c, tok0, T_seq
 
 
-@triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W"])   # one compiled kernel for all bounds
+@triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W", "FORGET_P", "FORGET_L", "FORGET_W",
+                               "FORGET_L0"])   # one compiled kernel for all bounds
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
     qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L, FEED_W,
+    heads, FORGET_P, FORGET_L, FORGET_W, FORGET_L0, forget_ln,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -382,6 +384,7 @@ def wy_kernel(
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
     HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
+    FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -404,10 +407,17 @@ def wy_kernel(
     done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible.
     FEED (with SIGNAL, one launch over all chunks): a sequence's chunks in the order the certified
     split's programs need them (split_walk.feed_chunk, segments of FEED_L chunks, FEED_P of them, each
-    warmed up over the FEED_W chunks before it), so that they all start at once."""
+    warmed up over the FEED_W chunks before it), so that they all start at once.
+    FORGET (with SIGNAL, F16, no FEED; the automatic split, split_walk_heads="wy"): each sequence's
+    chunk-0 programs also mark their value heads at heads [N x HV] int32 as
+    split_walk.forgetting_heads would (split_walk.forgets: segments FORGET_P, FORGET_L, FORGET_L0,
+    warm-ups of FORGET_W chunks, threshold forget_ln), before their count: so the ordered walk, whose
+    first wait is for chunk 0's group, reads them once that wait is over, and one launch (and its
+    host time) less is needed for them."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     tl.static_assert(not FEED or (SIGNAL and not IS_VARLEN), "FEED: with SIGNAL, dense batches")
+    tl.static_assert(not FORGET or (SIGNAL and F16 and not FEED), "FORGET: with SIGNAL and F16, no FEED")
     # Chunk-major, the value heads of a chunk side by side: with SIGNAL the chunks are taken in order,
     # and the heads that share a q/k head read its tiles while they are in L2.
     NPH: tl.constexpr = HV // HEADS                      # programs a chunk
@@ -423,14 +433,21 @@ def wy_kernel(
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
                          F16_DOT, HEADS, FALLBACK_AFTER)
         if SIGNAL:
-            # Every thread's stores before the count (bar.sync, then a release at GPU scope). The chunk's
-            # place is found again from the program id read anew, so that nothing of it stays live
-            # through the pass (kept, it made ptxas spill more).
-            tl.debug_barrier()
+            # The chunk's place is found again from the program id read anew, so that nothing of it
+            # stays live through the pass (kept, it made ptxas spill more).
             pid = fresh_program_id()
             j_slot, j_hv = pid // NPH, pid % NPH * HEADS
             j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P, FEED_L,
                                           FEED_W, IS_VARLEN, FEED)
+            if FORGET:
+                if j_c == 0:
+                    o_h = j_hv + tl.arange(0, HEADS)
+                    m_h = o_h < HV
+                    tl.store(heads + j_n * HV + o_h,
+                             forgets(g, beta, j_n.to(tl.int64) * T * HV, o_h, m_h, T, FORGET_P, FORGET_L,
+                                     FORGET_W, FORGET_L0, forget_ln, HV, BT, FORGET_BLOCK), mask=m_h)
+            # Every thread's stores before the count (bar.sync, then a release at GPU scope).
+            tl.debug_barrier()
             p_counts = done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV      # [HV] of the chunk's group
             if F16:
                 # The program's heads are of one q/k group (HEADS divides HV / H), counted at the group's

@@ -80,3 +80,14 @@ def test_one_launch_split_walk_keeps_its_loop_in_registers():
     (merged,), (walk, check) = loops["split one launch"], loops["split two launches"]
     assert merged[1] <= 3, (merged, walk)
     assert merged[0] <= 1.05 * walk[0], (merged, walk)
+
+
+def test_heads_marked_by_the_wy_pass_compile():
+    """split_heads_in="wy" at B1 x T32k (the automatic split): the WY pass with the heads' test
+    (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no
+    read of an unwritten uniform register, and no _forgetting_kernel is launched."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(REPORT), "--variants", "heads in wy", "--shape", "1,32768", "--check"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.findall(r"^heads in wy +(\w+) ", run.stdout, re.M) == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]

@@ -156,10 +156,10 @@ def test_feed_chunk_is_feed_order(NT, L, W):
     assert out.cpu().tolist() == split_walk.feed_order(NT, P, L, W)
 
 
-def _forgetting_reference(g, beta, P, L, W, L0=None, forget_log2=split_walk.FORGET_LOG2):
+def _forgetting_reference(g, beta, P, L, W, L0=None, forget_log2=split_walk.FORGET_LOG2, BT=BT):
     """forgetting_heads in Python: a head is chosen where every later segment's warm-up (before
-    s_p = L0 + (p - 1) L) starts at the sequence's start, or sums its log-decays (float64) to at most
-    forget_log2 ln 2 with every beta in [0, 2]."""
+    s_p = L0 + (p - 1) L, chunks of BT tokens) starts at the sequence's start, or sums its log-decays
+    (float64) to at most forget_log2 ln 2 with every beta in [0, 2]."""
     import math
     B, _, HV = g.shape
     L0 = L if L0 is None else L0
@@ -206,6 +206,65 @@ def test_forgetting_heads_choose_the_heads_that_forget():
     # Warm-ups longer than the segments before them start at the sequence's start: every head chosen.
     zeros = torch.zeros(1, 3 * BT, 2, device=DEVICE)
     assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
+
+
+def test_wy_pass_marks_the_split_heads(monkeypatch):
+    """split_heads_in="wy": the WY pass's chunk-0 programs mark the automatic split's heads (wy_kernel's
+    FORGET) as forgetting_heads would, and the rest of what the pass stores and counts is unchanged.
+    On a CPU: the call's launches recorded on meta tensors for an sm_90 GPU (with no launch of
+    _forgetting_kernel, and the ordered walk reading the heads late: SKIP = 2), then its WY launch run
+    by the interpreter on these inputs, with the heads and without. Heads: two that forget, one long
+    memory, one whose last warm-up holds a beta past 2."""
+    import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    from tests.ops.triton.launches import spy_launches
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)           # an H200's: the walk beside the WY pass
+    seen = []
+    for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
+                         (split_walk, "_forgetting_kernel")):
+        spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((name, grid, args, kw)),
+                     run=False, module=module)
+    B, T, H, HV, K, V, bt = 1, 18 * 64, 2, 4, 128, 64, 64
+    meta = dict(q=torch.empty(B, T, H, K, dtype=torch.bfloat16, device="meta"),
+                v=torch.empty(B, T, HV, V, dtype=torch.bfloat16, device="meta"),
+                g=torch.empty(B, T, HV, device="meta"), beta=torch.empty(B, T, HV, device="meta"))
+    forward.triton_forward(meta["q"], meta["q"], meta["v"], meta["g"], meta["beta"], scale=K ** -0.5,
+                           use_qk_l2norm=True, output_final_state=True, operands="fp16", split_walk="auto",
+                           split_warmup=2, split_heads_in="wy", walk="gluon", pieces=2)   # (as from 256 chunks on)
+    assert [name for name, *_ in seen] == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
+    _, grid, args, kw = seen[0]
+    assert kw["FORGET"] and seen[1][3]["SKIP"] == 2 and seen[2][3]["CHOSEN"]
+    from gdn.ops.triton.wy import wy_kernel
+    params = wy_kernel.arg_names
+    at = {name: args[i] for i, name in enumerate(params[:len(args)])}
+    P, L, W, L0 = (at[name] for name in ("FORGET_P", "FORGET_L", "FORGET_W", "FORGET_L0"))
+    assert P >= 3 and W == 2 and at["heads"] is seen[1][2][12] and at["heads"] is seen[2][2][18]
+
+    torch.manual_seed(0)
+    g = torch.full((B, T, HV), -2.0)
+    g[..., 2] = 0.0                                            # long memory: not chosen
+    beta = torch.rand(B, T, HV) * 2
+    beta[0, (L0 + (P - 2) * L) * bt - 5, 3] = 2.5              # in the last warm-up: not chosen
+    real = {id(meta["q"]): torch.randn(B, T, H, K).bfloat16(), id(meta["v"]): torch.randn(B, T, HV, V).bfloat16(),
+            id(meta["g"]): g, id(meta["beta"]): beta}
+
+    def run(forget):
+        made = [real.get(id(a), torch.zeros(a.shape, dtype=a.dtype)) if isinstance(a, torch.Tensor) else a
+                for a in args]
+        made[params.index("heads")] = torch.full((B * HV,), -1, dtype=torch.int32)
+        wy_kernel[grid](*made, **dict(kw, FORGET=forget))
+        return made
+
+    marked, plain = run(True), run(False)
+    heads = marked[params.index("heads")]
+    assert heads.tolist() == _forgetting_reference(g, beta, P, L, W, L0, BT=bt).tolist() == [1, 1, 0, 0]
+    for name, a, b in zip(params, marked, plain):
+        if isinstance(a, torch.Tensor) and name != "heads":
+            assert torch.equal(a, b), name
 
 
 def test_posterior_segments():
@@ -474,16 +533,17 @@ def test_split_walk_beside_segments_from_the_sm_count(gate):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("check", ["bounds", "posterior"])
+@pytest.mark.parametrize("check, heads_in", [("bounds", "kernel"), ("posterior", "kernel"), ("posterior", "wy")])
 @pytest.mark.parametrize("h0", [True, False])
-def test_automatic_split_on_mixed_heads(h0, check):
+def test_automatic_split_on_mixed_heads(h0, check, heads_in):
     """The automatic split (split_walk="auto": at any length; the default's from AUTO_MIN_CHUNKS
     chunks on) at 256 chunks plus 37 tokens (a partial last chunk), 4 value heads of 128 x 128, the
     first two with long memory (g = 0): those walk in order beside the WY pass, the others in
     certified segments after it (5 segments of 52 chunks); the reference's result and the Triton
     walk's, every output row written (NaN-poisoned). operands="fp16": at 4 value heads the defaults
     would take the segment maps' walk instead (at 32 heads, the bench's, fp16). With the posterior
-    check: segments of 65 + 4 x 48 chunks, segment 0 exact (seg_ok 2)."""
+    check: segments of 65 + 4 x 48 chunks, segment 0 exact (seg_ok 2). With the heads marked by the WY
+    pass (split_heads_in="wy"), bit for bit the result of their own kernel's."""
     from gdn.ops.triton import triton_forward
     T = 256 * 64 + 37
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
@@ -493,8 +553,11 @@ def test_automatic_split_on_mixed_heads(h0, check):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     split_walk.last_heads = None
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), operands="fp16", split_walk="auto",
-                          split_check=check, **call)
+                          split_check=check, split_heads_in=heads_in, **call)
     heads, ok = split_walk.last_heads, split_walk.last_outcome     # (the next call resets them)
+    if heads_in == "wy":
+        o_k, S_k = triton_forward(q, k, v, g, beta, operands="fp16", split_walk="auto", split_check=check, **call)
+        assert torch.equal(o, o_k) and torch.equal(S, S_k)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
     assert heads.tolist() == [0, 0, 1, 1]
