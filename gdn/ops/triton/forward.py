@@ -207,7 +207,6 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         # pass's (a walk of 512 programs beside it hung at B8 x T4k on an H200: NOTES.md v29). A graph
         # being captured takes the pieces below: a graph may run two kernels of different streams in
         # either order.
-        done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
         auto = None
         splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
         long_enough = p.split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
@@ -220,6 +219,15 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             if p.split_check == "posterior" and P_s > 1:
                 P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
             auto = None if P_s < 2 else auto
+        # The heads from the WY pass's chunk-0 programs (split_heads_in="wy", the posterior check: the
+        # bounds beside the WY pass need them before it), zeroed with the counts (wy_kernel's FORGET).
+        skip_late = auto is not None and p.split_check == "posterior" and p.split_heads_in == "wy"
+        if skip_late:
+            n_counts = N * cdiv(NT, flag_group) * HV
+            counts = torch.zeros(n_counts + N * HV, dtype=torch.int32, device=q.device)
+            done, skip_heads = counts[:n_counts].view(N, cdiv(NT, flag_group), HV), counts[n_counts:]
+        else:
+            done = torch.zeros(N, cdiv(NT, flag_group), HV, dtype=torch.int32, device=q.device)
         if auto is None:
             with side_streams(q.device, 1, priorities=(p.walk_priority,)) as (main, side):
                 wy_pass(0, NT, done)
@@ -239,11 +247,6 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         from .walk_gluon import shared_descriptors
         posterior = p.split_check == "posterior"              # (no second side stream: no bounds beside)
         priorities = (p.walk_priority,) if posterior else (p.walk_priority, p.bounds_priority)
-        # The heads from the WY pass's chunk-0 programs (split_heads_in="wy", the posterior check: the
-        # bounds beside the WY pass need them before it), else from their own kernel on the side stream.
-        skip_late = posterior and p.split_heads_in == "wy"
-        if skip_late:
-            skip_heads = torch.empty(N * HV, dtype=torch.int32, device=q.device)
         with side_streams(q.device, len(priorities), priorities=priorities) as (main, side, *side2):
             wy_pass(0, NT, done, forget=(skip_heads, P_s, L_s, W_s, L0_s) if skip_late else None)
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)

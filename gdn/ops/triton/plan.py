@@ -302,7 +302,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     stream, which the segments wait for by an event; "wy" the WY pass's chunk-0 programs (wy_kernel's
     FORGET), the ordered walk reading them once its first chunks are counted (walk_gluon_kernel's
     SKIP = 2): one launch and one event less on the host (~60-80 us a call on the GPU machine's host,
-    NOTES.md v37's stages; not yet run on a GPU, so not the default).
+    NOTES.md v37's stages), and past the first group of chunks the WY pass counts no chunk of a q/k
+    head whose value heads all split (no count at all took 8-12% off the WY pass at B = 1, v36). Not
+    yet run on a GPU, so not the default.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,

@@ -408,12 +408,16 @@ def wy_kernel(
     FEED (with SIGNAL, one launch over all chunks): a sequence's chunks in the order the certified
     split's programs need them (split_walk.feed_chunk, segments of FEED_L chunks, FEED_P of them, each
     warmed up over the FEED_W chunks before it), so that they all start at once.
-    FORGET (with SIGNAL, F16, no FEED; the automatic split, split_walk_heads="wy"): each sequence's
-    chunk-0 programs also mark their value heads at heads [N x HV] int32 as
-    split_walk.forgetting_heads would (split_walk.forgets: segments FORGET_P, FORGET_L, FORGET_L0,
+    FORGET (with SIGNAL, F16, no FEED; the automatic split, split_heads_in="wy"): each sequence's
+    chunk-0 programs also mark their value heads at heads [N x HV] int32 (zeroed before the launch)
+    as split_walk.forgetting_heads would (split_walk.forgets: segments FORGET_P, FORGET_L, FORGET_L0,
     warm-ups of FORGET_W chunks, threshold forget_ln), before their count: so the ordered walk, whose
     first wait is for chunk 0's group, reads them once that wait is over, and one launch (and its
-    host time) less is needed for them."""
+    host time) less is needed for them. Past the first group, a program whose q/k group's value heads
+    are all marked counts nothing: the ordered walk returns for those heads after their first group, and the count
+    (a barrier, a release at GPU scope) held each program's exit (no counts took ~8-12% off the WY
+    pass at B = 1 on an H200: NOTES.md v36). A mark not yet seen reads as 0, and the chunk is
+    counted: never a count missing that a walk waits for."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     tl.static_assert(not FEED or (SIGNAL and not IS_VARLEN), "FEED: with SIGNAL, dense batches")
@@ -439,23 +443,32 @@ def wy_kernel(
             j_slot, j_hv = pid // NPH, pid % NPH * HEADS
             j_n, j_c, _, _ = locate_chunk(j_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P, FEED_L,
                                           FEED_W, IS_VARLEN, FEED)
+            counted = True
             if FORGET:
+                o_h = j_hv + tl.arange(0, HEADS)
+                m_h = o_h < HV
                 if j_c == 0:
-                    o_h = j_hv + tl.arange(0, HEADS)
-                    m_h = o_h < HV
                     tl.store(heads + j_n * HV + o_h,
                              forgets(g, beta, j_n.to(tl.int64) * T * HV, o_h, m_h, T, FORGET_P, FORGET_L,
                                      FORGET_W, FORGET_L0, forget_ln, HV, BT, FORGET_BLOCK), mask=m_h)
-            # Every thread's stores before the count (bar.sync, then a release at GPU scope).
-            tl.debug_barrier()
-            p_counts = done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV      # [HV] of the chunk's group
-            if F16:
-                # The program's heads are of one q/k group (HEADS divides HV / H), counted at the group's
-                # first head: one add for all of them.
-                tl.atomic_add(p_counts + counting_head(j_hv, H, HV, F16), HEADS, sem="release")
-            else:
-                for j in tl.static_range(HEADS):
-                    tl.atomic_add(p_counts + j_hv + j, 1, sem="release")
+                elif j_c >= GROUP:
+                    # The count is the q/k group's (F16: at its first value head), so it goes only
+                    # where every value head of the group is marked.
+                    counted = False
+                    p_group = heads + j_n * HV + counting_head(j_hv, H, HV, F16)
+                    for j in tl.static_range(HV // H):
+                        counted |= tl.load(p_group + j) == 0
+            if counted:
+                # Every thread's stores before the count (bar.sync, then a release at GPU scope).
+                tl.debug_barrier()
+                p_counts = done + (j_n * tl.cdiv(NT, GROUP) + j_c // GROUP) * HV      # [HV] of the chunk's group
+                if F16:
+                    # The program's heads are of one q/k group (HEADS divides HV / H), counted at the
+                    # group's first head: one add for all of them.
+                    tl.atomic_add(p_counts + counting_head(j_hv, H, HV, F16), HEADS, sem="release")
+                else:
+                    for j in tl.static_range(HEADS):
+                        tl.atomic_add(p_counts + j_hv + j, 1, sem="release")
         return
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(q, k, g, beta, tok0, i_c * BT, T_seq, i_h, i_hv,
                                                                     H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,

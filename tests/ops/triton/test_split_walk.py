@@ -208,13 +208,16 @@ def test_forgetting_heads_choose_the_heads_that_forget():
     assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
 
 
-def test_wy_pass_marks_the_split_heads(monkeypatch):
+@pytest.mark.parametrize("wy_heads", [2, 1])
+def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     """split_heads_in="wy": the WY pass's chunk-0 programs mark the automatic split's heads (wy_kernel's
-    FORGET) as forgetting_heads would, and the rest of what the pass stores and counts is unchanged.
+    FORGET) as forgetting_heads would, past the first group of chunks counts none of a q/k head whose
+    value heads are all marked, and stores the rest as without them.
     On a CPU: the call's launches recorded on meta tensors for an sm_90 GPU (with no launch of
     _forgetting_kernel, and the ordered walk reading the heads late: SKIP = 2), then its WY launch run
-    by the interpreter on these inputs, with the heads and without. Heads: two that forget, one long
-    memory, one whose last warm-up holds a beta past 2."""
+    by the interpreter on these inputs, with the heads and without. Heads: three that forget, one
+    whose last warm-up holds a beta past 2 (q/k head 0's value heads marked 1, 0: still counted);
+    a WY program takes a q/k head's two value heads, or one (its count then one of two)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.plan as planning
     import gdn.ops.triton.walk_gluon as walk_gluon
@@ -234,7 +237,8 @@ def test_wy_pass_marks_the_split_heads(monkeypatch):
                 g=torch.empty(B, T, HV, device="meta"), beta=torch.empty(B, T, HV, device="meta"))
     forward.triton_forward(meta["q"], meta["q"], meta["v"], meta["g"], meta["beta"], scale=K ** -0.5,
                            use_qk_l2norm=True, output_final_state=True, operands="fp16", split_walk="auto",
-                           split_warmup=2, split_heads_in="wy", walk="gluon", pieces=2)   # (as from 256 chunks on)
+                           split_warmup=2, split_heads_in="wy", walk="gluon", pieces=2,
+                           wy_heads=wy_heads)   # (as from 256 chunks on)
     assert [name for name, *_ in seen] == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
     _, grid, args, kw = seen[0]
     assert kw["FORGET"] and seen[1][3]["SKIP"] == 2 and seen[2][3]["CHOSEN"]
@@ -246,24 +250,31 @@ def test_wy_pass_marks_the_split_heads(monkeypatch):
 
     torch.manual_seed(0)
     g = torch.full((B, T, HV), -2.0)
-    g[..., 2] = 0.0                                            # long memory: not chosen
     beta = torch.rand(B, T, HV) * 2
-    beta[0, (L0 + (P - 2) * L) * bt - 5, 3] = 2.5              # in the last warm-up: not chosen
+    beta[0, (L0 + (P - 2) * L) * bt - 5, 1] = 2.5              # in the last warm-up: not chosen
     real = {id(meta["q"]): torch.randn(B, T, H, K).bfloat16(), id(meta["v"]): torch.randn(B, T, HV, V).bfloat16(),
             id(meta["g"]): g, id(meta["beta"]): beta}
 
     def run(forget):
         made = [real.get(id(a), torch.zeros(a.shape, dtype=a.dtype)) if isinstance(a, torch.Tensor) else a
                 for a in args]
+        # Poisoned (the launcher zeroes them): the interpreter runs the chunk-0 programs, which mark
+        # the heads, before any other, so no later program reads the poison.
         made[params.index("heads")] = torch.full((B * HV,), -1, dtype=torch.int32)
         wy_kernel[grid](*made, **dict(kw, FORGET=forget))
         return made
 
     marked, plain = run(True), run(False)
     heads = marked[params.index("heads")]
-    assert heads.tolist() == _forgetting_reference(g, beta, P, L, W, L0, BT=bt).tolist() == [1, 1, 0, 0]
+    assert heads.tolist() == _forgetting_reference(g, beta, P, L, W, L0, BT=bt).tolist() == [1, 0, 1, 1]
+    # The counts (at each q/k head's first value head): past the first group of chunks none for q/k
+    # head 1, whose value heads are both marked (the ordered walk returns for them after that group).
+    counts = plain[params.index("done")].clone()
+    assert counts[:, :, 2].min() > 0 and counts.shape[1] > 1
+    counts[:, 1:, 2] = 0
+    assert torch.equal(marked[params.index("done")], counts)
     for name, a, b in zip(params, marked, plain):
-        if isinstance(a, torch.Tensor) and name != "heads":
+        if isinstance(a, torch.Tensor) and name not in ("heads", "done"):
             assert torch.equal(a, b), name
 
 
