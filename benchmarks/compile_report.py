@@ -319,7 +319,7 @@ def row(variant, name, grid, r):
     loop = f"{lp['instr']}{skipped}/{lp['HGMMA']}/{lp['LDL'] + lp['STL']}" if lp["instr"] else "-"
     smem = f"{r['smem']}{'!' if r['smem'] > SMEM_LIMIT else ''}"
     occ = programs_per_sm(r["regs"], r["warps"], r["smem"])
-    return (f"{variant:<22}{name:<23}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
+    return (f"{variant:<21} {name:<23}{str(tuple(grid)):<15}{r['warps']:>3}{r['regs']:>5}"
             f"{r['spill_st']:>7}/{r['spill_ld']:<6}{r['stack']:>6}{smem:>8}{occ:>4} {hg:<16}{t['HMMA']:>5}"
             f"{t['LDL']:>6}/{t['STL']:<5}{r['cvt']:>4}{t['instr']:>7}  {loop:<16}{'Y' if r['serialized'] else '-':>3}"
             f"{r['undefined_ur']:>4}")
@@ -383,7 +383,7 @@ def main(argv=None):
             continue
         if args.launches:
             for fn, grid, largs, lkw in launches:
-                print(f"{vname:<22}{describe_launch(fn, grid, largs, lkw)}")
+                print(f"{vname:<21} {describe_launch(fn, grid, largs, lkw)}")
             continue
         dumped = Counter()
         for fn, grid, largs, lkw in launches:
