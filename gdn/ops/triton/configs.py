@@ -134,6 +134,8 @@ CONFIGS = {
     "split two launches": dict(split_launches=2),
     # v38: the automatic split's heads marked by the WY pass's chunk-0 programs (no launch of their own)
     "heads in wy": dict(split_heads_in="wy"),
+    # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a launch)
+    "descs in kernel": dict(walk_descriptors="kernel"),
     # v37 (built on the CPU, not yet run on a GPU): each launch after a key's first straight to the
     # compiled kernel, past Triton's binding, cache key and hooks (gdn.ops.triton.launch)
     "direct launches": dict(direct_launch=True),

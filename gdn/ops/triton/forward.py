@@ -29,12 +29,11 @@ How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.sch
 from __future__ import annotations
 
 import torch
-import triton
 
 from . import plan as planning          # (the device probes: replaced there by tests and compile_report)
 from . import split_walk as splits      # (plan_forward's split_walk argument shadows the module's name)
 from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
-from .launch import direct_launches, launch
+from .launch import direct_launches, ensure_allocator, launch
 from .plan import planned
 from .schedule import cdiv, next_pow2, on_stream, on_tensor_device, side_streams
 from .wy import wy_kernel
@@ -43,16 +42,6 @@ from .wy import wy_kernel
 def _maxnreg(cap) -> dict:
     """A kernel launch's register cap: maxnreg=cap, none for None or 0."""
     return dict(maxnreg=cap) if cap else {}
-
-
-def _ensure_allocator() -> None:
-    """TMA descriptors made in a kernel live in a scratch buffer that Triton asks an allocator for at
-    launch: a torch one, unless the caller has set theirs."""
-    allocation = getattr(triton.runtime, "_allocation", None)     # Triton's own module (3.6)
-    current = getattr(allocation, "_allocator", None)
-    if current is None or type(current.get()).__name__ == "NullAllocator":
-        # On the current device: triton_forward runs under its tensors' device (on_tensor_device).
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 @on_tensor_device
@@ -158,12 +147,13 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     tma = ((fused_walk or (p.f16 and BV <= 32)) if p.walk_tma is None else p.walk_tma and p.t_in) and \
         planning._tma_ready(walk_q, walk_k, v, o)
     if tma and q.is_cuda and not planning.triton_interpreting():
-        _ensure_allocator()
+        ensure_allocator()
 
     split = None                   # walk_gluon_t's certified split (split_walk: formed beside the WY pass)
     skip_heads = None              # the automatic split's heads, which walk_gluon then skips
     skip_late = False              # ... marked by the WY pass (split_heads_in="wy"): read after its first counts
     walk_descs = None              # descriptors both Gluon walks read (the automatic split launches both)
+    descs_in_kernel = p.walk_descriptors == "kernel"      # ... or none: the Gluon walks make their own
 
     def state_walk(c_first, c_end, h_in, h_out, done=None):
         """The walk over chunks c_first .. c_end - 1 from state h_in (None: zeros), writing o and, when
@@ -173,13 +163,15 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
-                       flag_group if done is not None else 1, skip_heads, walk_descs, skip_late)
+                       flag_group if done is not None else 1, skip_heads, walk_descs, skip_late,
+                       descs_in_kernel=descs_in_kernel)
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
-                         flag_group if done is not None else 1, split, one_launch=p.split_launches == 1)
+                         flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
+                         descs_in_kernel=descs_in_kernel)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -249,7 +241,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         priorities = (p.walk_priority,) if posterior else (p.walk_priority, p.bounds_priority)
         with side_streams(q.device, len(priorities), priorities=priorities) as (main, side, *side2):
             wy_pass(0, NT, done, forget=(skip_heads, P_s, L_s, W_s, L0_s) if skip_late else None)
-            walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
+            walk_descs = shared_descriptors(qn, kn, tb, attn, BT)     # (the split's walk takes the host's)
             with on_stream(side):
                 if not skip_late:
                     skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
@@ -279,7 +271,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             splits.last_heads = skip_heads
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
-                         split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1)
+                         split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1,
+                         descs_in_kernel=descs_in_kernel)
         return o, ht
 
     if p.pieces > 1:

@@ -30,6 +30,7 @@ import contextlib
 import contextvars
 
 import torch
+import triton
 import triton.language as tl
 from torch import Tensor
 from triton import knobs
@@ -153,6 +154,16 @@ def direct_launches(enabled: bool):
         yield
     finally:
         _enabled.reset(token)
+
+
+def ensure_allocator() -> None:
+    """TMA descriptors made in a kernel live in a scratch buffer that Triton asks an allocator for at
+    launch: a torch one, unless the caller has set theirs."""
+    allocation = getattr(triton.runtime, "_allocation", None)     # Triton's own module (3.6)
+    current = getattr(allocation, "_allocator", None)
+    if current is None or type(current.get()).__name__ == "NullAllocator":
+        # On the current device: the launches run under their tensors' device (on_tensor_device).
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
 
 def clear() -> None:

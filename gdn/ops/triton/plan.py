@@ -124,6 +124,7 @@ class Plan:
     walk_priority: int            # the walk's side stream beside the WY pass (flags)
     split_launches: int           # the posterior check's launches: 2 (walk, check) or 1 (both)
     split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
+    walk_descriptors: str         # the Gluon walks' TMA descriptors: "host" or "kernel"
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -176,7 +177,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=None, split_heads_in="kernel") -> Plan | None:
+                 split_launches=None, split_heads_in="kernel", walk_descriptors="host") -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -304,6 +305,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     SKIP = 2): one launch and one event less on the host (~60-80 us a call on the GPU machine's host,
     NOTES.md v37's stages), and past the first group of chunks the WY pass counts no chunk of a q/k
     head whose value heads all split (no count at all took 8-12% off the WY pass at B = 1, v36). Not
+    yet run on a GPU, so not the default.
+    ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host" (default,
+    TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
+    argument) or "kernel" (each program makes its own from the tensors' pointers in a scratch
+    buffer Triton allocates at launch; the launch then passes pointers only: less host time for each
+    Gluon launch). The split's walk keeps the host's (walk_gluon_t: in the kernel they spill it). Not
     yet run on a GPU, so not the default.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
@@ -572,6 +579,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         split_launches = 1 if NT < splits.ONE_LAUNCH_BELOW else 2
     if split_launches not in (1, 2) or isinstance(split_launches, bool):
         raise ValueError(f"split_launches must be None, 1 or 2, got {split_launches!r}")
+    if walk_descriptors not in ("host", "kernel"):
+        raise ValueError(f"walk_descriptors must be 'host' or 'kernel', got {walk_descriptors!r}")
     if split_heads_in not in ("kernel", "wy"):
         raise ValueError(f"split_heads_in must be 'kernel' or 'wy', got {split_heads_in!r}")
     if split_heads_in == "wy" and split_check == "bounds":
@@ -607,4 +616,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
-                common=common)
+                walk_descriptors=walk_descriptors, common=common)

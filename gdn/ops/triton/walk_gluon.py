@@ -37,7 +37,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
-from .launch import launch
+from .launch import ensure_allocator, launch
 from .split_dot import tile_max
 from .walk_f16 import log2_pow2, pow2_below_inverse, pow2_of, state_bound, z_scale
 from .wy import counting_head
@@ -86,6 +86,29 @@ def _rings(d_q, d_k, d_v, d_t, d_p, STAGES: gl.constexpr, KS: gl.constexpr, BT: 
     v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
     p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
     return k_s, q_s, t_s, v_s, p_s, _barriers(KS), _barriers(STAGES), _barriers(STAGES), _barriers(STAGES)
+
+
+@gluon.jit
+def _tile_descriptor(x, rows, WIDTH: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr):
+    """A TMA descriptor made in the kernel: x as [rows, WIDTH] (rows of a [B, T, heads, dim] tensor
+    in its token rows) in [BR, BC] tiles, as _rows makes it on the host."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, BC], x.dtype.element_ty)
+    return tma.make_tensor_descriptor(x, [rows, WIDTH], [WIDTH, 1], [BR, BC], layout)
+
+
+@gluon.jit
+def walk_descriptors(d_q, d_k, d_v, d_t, d_p, rows, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr,
+                     V: gl.constexpr, BT: gl.constexpr, BV: gl.constexpr, IN_KERNEL: gl.constexpr):
+    """The walk's descriptors of q, k ([BT, K] tiles), v ([BT, BV]), T and P ([BT, BT]): as given
+    (host descriptors), or with IN_KERNEL made here from the tensors given in their place (rows: the
+    tensors' token rows). Made in the kernel, a launch passes the launcher pointers only: no host
+    descriptor, and no descriptor encoded on the host at each launch."""
+    if IN_KERNEL:
+        return (_tile_descriptor(d_q, rows, H * K, BT, K), _tile_descriptor(d_k, rows, H * K, BT, K),
+                _tile_descriptor(d_v, rows, HV * V, BT, BV), _tile_descriptor(d_t, rows, HV * BT, BT, BT),
+                _tile_descriptor(d_p, rows, HV * BT, BT, BT))
+    else:
+        return d_q, d_k, d_v, d_t, d_p
 
 
 @gluon.jit
@@ -227,12 +250,13 @@ def program_rows(pid, cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexp
 
 
 @gluon.jit
-def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, skip, scale, T,
+def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, skip, scale, T, rows,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                      GROUP: gl.constexpr, SKIP: gl.constexpr, num_warps: gl.constexpr):
+                      GROUP: gl.constexpr, SKIP: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
+                      num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
@@ -240,6 +264,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Tokens: B x T, sequence n from
     token n T; IS_VARLEN: packed, sequence n from cu_seqlens[n] to cu_seqlens[n + 1], and with
     LONGEST_FIRST program row n walks sequence seq_order[n]. Grid: (V / BV x N x HV,).
+    DESCS_IN_KERNEL: d_q .. d_p are those tensors themselves, their descriptors made here (rows: B x
+    T token rows; walk_descriptors).
 
     MASK_ROWS (varlen, or dense with T not a multiple of BT): a sequence's last chunk may read the
     next sequence's rows. Those rows of v and U are zeroed, and then nothing of them reaches this
@@ -274,6 +300,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     elif SKIP:
         if gl.load(skip + i_nh) != 0:
             return
+
+    d_q, d_k, d_v, d_t, d_p = walk_descriptors(d_q, d_k, d_v, d_t, d_p, rows, H, HV, K, V, BT, BV, DESCS_IN_KERNEL)
 
     # Every tile in the matrix units' accumulator layout: [BT, BV] for k S, q S, Z, U and o, [K, BV] for S.
     acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -378,36 +406,47 @@ def shared_descriptors(qn, kn, tb, attn, BT):
     return _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT])
 
 
-def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None):
+def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None,
+                descs_in_kernel=False):
     """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
     leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, o, h0, ht,
     cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
     STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
-    rows, in packed sequences or dense ones whose T is not a multiple of BT). Refuses the WY pass's
-    counts (done) with MASK_ROWS: the next sequence's rows are read before its WY programs are
-    waited for (walk names the walk in the error). descs: shared_descriptors' (None: made here)."""
+    rows, in packed sequences or dense ones whose T is not a multiple of BT; DESCS_IN_KERNEL).
+    Refuses the WY pass's counts (done) with MASK_ROWS: the next sequence's rows are read before its
+    WY programs are waited for (walk names the walk in the error). descs: shared_descriptors' (None:
+    made here); descs_in_kernel: the tensors themselves in the descriptors' places, for the kernel to
+    make its descriptors from (walk_descriptors; Triton's allocator for their scratch set here)."""
     B, T = qn.shape[:2]
     N = B if cu_seqlens is None else len(cu_seqlens) - 1
     mask_rows = cu_seqlens is not None or (B > 1 and T % BT != 0)
     if done is not None and mask_rows:
         raise ValueError(f"walk={walk!r} waits on the WY pass's counts (done) only where no chunk reads another "
                          "sequence's rows: dense batches with B = 1 or T a multiple of the chunk")
-    d_q, d_k, d_t, d_p = shared_descriptors(qn, kn, tb, attn, BT) if descs is None else descs
-    args = (d_q, d_k, _rows(v, [BT, BV]), d_t, d_p, Gc, o, o if h0 is None else h0, o if ht is None else ht,
+    if descs_in_kernel:
+        d_q, d_k, d_v, d_t, d_p = qn, kn, v, tb, attn
+        if qn.is_cuda:
+            ensure_allocator()
+    else:
+        d_q, d_k, d_t, d_p = shared_descriptors(qn, kn, tb, attn, BT) if descs is None else descs
+        d_v = _rows(v, [BT, BV])
+    args = (d_q, d_k, d_v, d_t, d_p, Gc, o, o if h0 is None else h0, o if ht is None else ht,
             o if cu_seqlens is None else cu_seqlens, o if seq_order is None else seq_order)
     flags = dict(HAS_H0=h0 is not None, STORE_FINAL=ht is not None, IS_VARLEN=cu_seqlens is not None,
-                 LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows)
+                 LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows, DESCS_IN_KERNEL=descs_in_kernel)
     return N, args, flags
 
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False):
+               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
+               descs_in_kernel=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
     skip [N x HV] int32 or None: heads whose programs return at once (nonzero; walk_gluon_kernel's SKIP;
-    skip_late: the WY pass marks them, read once its first counts are in, SKIP = 2);
+    skip_late: the WY pass marks them, read once its first counts are in, SKIP = 2); descs_in_kernel:
+    the kernel makes its TMA descriptors (walk_launch);
     descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
@@ -420,9 +459,9 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     if skip_late and (skip is None or done is None):
         raise ValueError("skip_late (the WY pass marks the heads to skip) needs skip and done (its counts)")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon",
-                                 descs)
+                                 descs, descs_in_kernel)
     launch(walk_gluon_kernel, (V // BV * N * HV,),
-        *args, o if done is None else done, o if skip is None else skip, scale, T, H=H, HV=HV, K=K, V=V, BT=BT,
+        *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
         SKIP=0 if skip is None else 2 if skip_late else 1, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -44,8 +44,8 @@ from .decay import exp_ftz
 from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
-from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _wait, first_fills, next_k,
-                         program_rows, walk_launch)
+from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
+                         first_fills, next_k, program_rows, walk_descriptors, walk_launch)
 
 
 @gluon.jit
@@ -250,12 +250,13 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
 
 @gluon.jit
 def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                  seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0,
+                  seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, num_warps: gl.constexpr):
+                  GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
+                  num_warps: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T: _walk_t's
     phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
     3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
@@ -267,30 +268,33 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     walk ~9% slower than the two launches' on an H200, v37; now 3, off the products' chain)."""
     FIRST: gl.constexpr = 3 if SPLIT == 5 else SPLIT
     _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
-            seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, H, HV, K, V, BT, BV, STAGES,
-            HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN, num_warps)
+            seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,
+            STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
+            DESCS_IN_KERNEL, num_warps)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
         _walk_t(fresh_program_id(), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
                 seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
-                fresh_int(L), fresh_int(W), fresh_int(L0), H, HV, K, V, BT,
+                fresh_int(L), fresh_int(W), fresh_int(L0), rows, H, HV, K, V, BT,
                 BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
-                num_warps)
+                DESCS_IN_KERNEL, num_warps)
 
 
 @gluon.jit
 def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-            seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0,
+            seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
             BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
             HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
             LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
-            GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, WARPS: gl.constexpr):
+            GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
+            WARPS: gl.constexpr):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
-    with MASK_ROWS by masked stores). Grid: (V / BV x N x HV,).
+    with MASK_ROWS by masked stores; with DESCS_IN_KERNEL o itself, its descriptor made here).
+    Grid: (V / BV x N x HV,).
 
     SPLIT (dense, no MASK_ROWS; gdn.ops.triton.split_walk): P segments a sequence, grid
     (P x V / BV x N x HV,), segment-major. SPLIT = 1 and 2 (two launches), the bounds' check (L
@@ -347,6 +351,9 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
     key_l: gl.constexpr = gl.SliceLayout(0, acc_s)      # [K]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])   # 16-byte row pieces
 
+    d_q, d_k, d_v, d_t, d_p = walk_descriptors(d_q, d_k, d_v, d_t, d_p, rows, H, HV, K, V, BT, BV, DESCS_IN_KERNEL)
+    if DESCS_IN_KERNEL:
+        d_o = _tile_descriptor(d_o, rows, HV * V, BT, BV)
     k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
 
@@ -486,7 +493,8 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
         gl.store(ht + i_state + o_state, b_S)
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False):
+                 done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
+                 descs_in_kernel=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -495,15 +503,20 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     and 4: two launches, or with one_launch one, walk_t_kernel's SPLIT 5) after it.
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
-    shared_descriptors of these tensors, or None (made here). The launcher
+    shared_descriptors of these tensors, or None (made here); descs_in_kernel: the kernel makes its
+    descriptors, o's too (walk_gluon.walk_launch), without a split only. The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
+    # The split's walk keeps the host's descriptors: made in the kernel, their six addresses take
+    # registers through the walk, at 255 with the split's state (compiled: 8-11 local loads and stores
+    # a chunk, against none or 3); the unsplit walk compiles without a spill either way.
+    descs_in_kernel = descs_in_kernel and split is None
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t",
-                                 descs)
+                                 descs, descs_in_kernel)
     if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"]):
         raise ValueError("the certified split (split_walk) takes dense sequences whose chunks read no other "
                          "sequence's rows (B = 1 or T a multiple of the chunk)")
@@ -520,10 +533,10 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         segs = split.buffers
         phases = ((5,) if one_launch else (3, 4)) if posterior else (1, 2)
     heads = split_heads if split_heads is not None else split.trusted if posterior else o
-    d_o = _rows(o, [BT, BV])
+    d_o = o if descs_in_kernel else _rows(o, [BT, BV])
     for phase in phases:
         launch(walk_t_kernel, (P * (V // BV) * N * HV,),
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
-            scale, T, P, L, W, L0, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
+            scale, T, P, L, W, L0, B * T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
             GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None,
             **flags, num_warps=4)

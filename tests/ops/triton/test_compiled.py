@@ -91,3 +91,17 @@ def test_heads_marked_by_the_wy_pass_compile():
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert re.findall(r"^heads in wy +(\w+) ", run.stdout, re.M) == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
+
+
+@pytest.mark.parametrize("shape, packed", [("1,16384", None), ("8,4096", None), ("1,32768", "16")])
+def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
+    """walk_descriptors="kernel": the ordered walk (B = 1 from 256 chunks), the wide walk (dense, and
+    packed sequences) compile for sm_90a with their TMA descriptors made in the kernel, without a
+    spilled register, and with no read of an unwritten uniform register."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(REPORT), "--variants", "descs in kernel", "--shape", shape, "--check",
+                          *(["--packed", packed] if packed else [])],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    walks = re.findall(r"^descs in kernel +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M)
+    assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout

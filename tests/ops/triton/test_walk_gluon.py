@@ -126,6 +126,26 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize("B, T, packed", [(1, 4096, False), (3, 200, False), (1, 400, True)])
+def test_gluon_walk_descriptors_made_in_the_kernel(B, T, packed, walk):
+    """walk_descriptors="kernel": each program makes its TMA descriptors from the tensors (Triton's
+    scratch for them) instead of the host's TensorDescriptors; bit for bit the host descriptors'
+    results, beside the WY pass at B = 1, with rows of the next sequence (partial chunks at B = 3,
+    packed sequences: the descriptors' row bounds), every output row written (NaN-poisoned)."""
+    from gdn.ops.triton import triton_forward
+    cu = torch.tensor([0, 17, 146, 275, 400], dtype=torch.int32, device="cuda") if packed else None
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True,
+                                         N=4 if packed else None, seed=T + B, device="cuda")
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, cu_seqlens=cu,
+                num_segments=1, **_walk(walk))
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk_descriptors="kernel",
+                          **call)
+    o_h, S_h = triton_forward(q, k, v, g, beta, **call)
+    assert torch.equal(o, o_h) and torch.equal(S, S_h)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("case", list(MAGNITUDES))
 def test_gluon_walk_scales_any_magnitude(case, walk):
     """tests.reference's magnitudes far outside fp16's range (test_walk_f16 runs them on the Triton
@@ -164,6 +184,45 @@ def test_gluon_walk_refusals(monkeypatch):
     monkeypatch.setattr(planning, "triton_interpreting", lambda: True)
     with pytest.raises(ValueError, match="needs an sm_90 CUDA GPU"):
         call()
+
+
+def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
+    """walk_descriptors="kernel": the Gluon walks are given the tensors in the descriptors' places, the
+    token rows and DESCS_IN_KERNEL (the wide walk, dense and packed; the ordered walk at B = 1), except
+    the split's walk (B1 x T32k's automatic split: its segments keep the host's descriptors, which do
+    not take its registers); "host" (the default) gives descriptors everywhere. Recorded, not run."""
+    import gdn.ops.triton.forward as forward
+    import gdn.ops.triton.plan as planning
+    import gdn.ops.triton.walk_gluon as walk_gluon
+    import gdn.ops.triton.walk_gluon_t as walk_gluon_t
+    from gdn.ops.triton import split_walk
+    from gdn.ops.triton.launch import TensorDescriptor
+    monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
+    monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)
+    seen = []
+    for module, name in ((walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel")):
+        spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((
+            name, kw.get("SPLIT", 0), kw["DESCS_IN_KERNEL"], [type(a) for a in args[:6 if name == "walk_t_kernel" else 5]],
+            args[15 if name == "walk_gluon_kernel" else 25])), run=False, module=module)
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: None, run=False)
+    spy_launches(monkeypatch, "_forgetting_kernel", lambda grid, args, kw: None, run=False, module=split_walk)
+
+    def walks(B, T, **kw):
+        q = torch.empty(B, T, 16, 128, dtype=torch.bfloat16, device="meta")
+        v = torch.empty(B, T, 32, 128, dtype=torch.bfloat16, device="meta")
+        g = torch.empty(B, T, 32, device="meta")
+        seen.clear()
+        forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, output_final_state=True, **kw)
+        return list(seen)
+    tensors, descriptors = [torch.Tensor] * 6, [TensorDescriptor] * 6
+    assert walks(8, 4000, walk_descriptors="kernel") == [("walk_t_kernel", 0, True, tensors, 8 * 4000)]
+    assert walks(8, 4000) == [("walk_t_kernel", 0, False, descriptors, 8 * 4000)]
+    cu = torch.empty(65, dtype=torch.int32, device="meta")
+    assert walks(1, 4096, cu_seqlens=cu, walk_descriptors="kernel") == [("walk_t_kernel", 0, True, tensors, 4096)]
+    assert walks(1, 16384, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 16384)]
+    assert walks(1, 32768, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 32768),
+                                                          ("walk_t_kernel", 5, False, descriptors, 32768)]
 
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
