@@ -213,7 +213,9 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             auto = None if P_s < 2 else auto
         # The heads from the WY pass's chunk-0 programs (split_heads_in="wy", the posterior check: the
         # bounds beside the WY pass need them before it), zeroed with the counts (wy_kernel's FORGET).
-        skip_late = auto is not None and p.split_check == "posterior" and p.split_heads_in == "wy"
+        # One sequence only: the WY pass takes the sequences in turn, and a later sequence's split
+        # heads' walk programs (an SM each) would wait for its first counts, beside half the pass.
+        skip_late = auto is not None and N == 1 and p.split_check == "posterior" and p.split_heads_in == "wy"
         if skip_late:
             n_counts = N * cdiv(NT, flag_group) * HV
             counts = torch.zeros(n_counts + N * HV, dtype=torch.int32, device=q.device)
@@ -233,7 +235,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         # (their many small programs would otherwise take the SMs the walk's programs wait for: 0.3
         # ms later at B1 x T128k on an H200, NOTES.md v26); after the WY pass, on the caller's
         # stream, the chosen heads' segments (walk_gluon_t, two programs an SM: the SM count's
-        # segments, as split_walk=True) and, posterior, their check. Either walk returns at once for
+        # segments, as split_walk=True) and, posterior, their check. Either walk returns (at once, or
+        # with the heads from the WY pass after its first group's count) for
         # the other's heads, and neither waits for the other (the segments start after the WY pass,
         # which the ordered walk alone waits on): the flags' argument holds as without the split.
         from .walk_gluon import shared_descriptors

@@ -298,7 +298,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: one Gluon launch less, a walk
     ~10% longer: its kernel spills). None (default): 1 below split_walk.ONE_LAUNCH_BELOW chunks a
     sequence (where the host sets the pace at B = 1), else 2 (NOTES.md v37).
-    ``split_heads_in`` (the automatic split with the posterior check): where the heads it splits are
+    ``split_heads_in`` (the automatic split with the posterior check, one sequence): where the heads it splits are
     chosen: "kernel" (default) split_walk.forgetting_heads' own launch on the ordered walk's side
     stream, which the segments wait for by an event; "wy" the WY pass's chunk-0 programs (wy_kernel's
     FORGET), the ordered walk reading them once its first chunks are counted (walk_gluon_kernel's

@@ -16,8 +16,8 @@ only three products sit on the chain that carries the state, and the outputs' tw
 
 The numbers are walk_f16's: the same products on the same fp16 operands, scaled by the same powers
 of two (its module docstring), so the outputs and the state should equal the Triton walk's up to the
-order of the matrix units' sums. The tiles come by TMA from host-made descriptors over [tokens,
-heads x dim], each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
+order of the matrix units' sums. The tiles come by TMA through descriptors over [tokens, heads x
+dim] (made on the host, or in the kernel: walk_descriptors="kernel"), each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
 one stage too every tile comes about a chunk ahead: v18). A sequence's last chunk may read rows of
 the next (packed sequences, or dense ones whose T is not a multiple of the chunk): those rows are
 made harmless in registers (walk_gluon_kernel's MASK_ROWS). One segment; the WY pass runs first, or
@@ -444,8 +444,8 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
     sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
     int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
-    skip [N x HV] int32 or None: heads whose programs return at once (nonzero; walk_gluon_kernel's SKIP;
-    skip_late: the WY pass marks them, read once its first counts are in, SKIP = 2); descs_in_kernel:
+    skip [N x HV] int32 or None: heads whose programs return (nonzero; walk_gluon_kernel's SKIP: at
+    once, or with skip_late, where the WY pass marks them, once its first counts are in, SKIP = 2); descs_in_kernel:
     the kernel makes its TMA descriptors (walk_launch);
     descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).

@@ -266,6 +266,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     arguments afresh (fresh_program_id, fresh_int): merged with phase 3's, what it derives from them
     stayed live through phase 3's walk and spilled its loop (9 local loads and stores a chunk, that
     walk ~9% slower than the two launches' on an H200, v37; now 3, off the products' chain)."""
+    gl.static_assert(not DESCS_IN_KERNEL or SPLIT == 0, "the split's walk takes the host's descriptors")
     FIRST: gl.constexpr = 3 if SPLIT == 5 else SPLIT
     _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
             seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,

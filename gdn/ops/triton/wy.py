@@ -453,11 +453,14 @@ def wy_kernel(
                                      FORGET_W, FORGET_L0, forget_ln, HV, BT, FORGET_BLOCK), mask=m_h)
                 elif j_c >= GROUP:
                     # The count is the q/k group's (F16: at its first value head), so it goes only
-                    # where every value head of the group is marked.
+                    # where every value head of the group is marked. Each mark read at L2 by one
+                    # scalar atomic (one value for the whole program: plain loads could differ
+                    # between warps, and an SM's L1 could keep the zero it read before chunk 0's
+                    # store). Marks only go from 0 to 1, so a 1 read is final.
                     counted = False
                     p_group = heads + j_n * HV + counting_head(j_hv, H, HV, F16)
                     for j in tl.static_range(HV // H):
-                        counted |= tl.load(p_group + j) == 0
+                        counted |= tl.atomic_add(p_group + j, 0, sem="relaxed") == 0
             if counted:
                 # Every thread's stores before the count (bar.sync, then a release at GPU scope).
                 tl.debug_barrier()

@@ -276,6 +276,15 @@ def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     for name, a, b in zip(params, marked, plain):
         if isinstance(a, torch.Tensor) and name not in ("heads", "done"):
             assert torch.equal(a, b), name
+    # Two sequences: the heads from their own kernel (a later sequence's walk programs would wait for
+    # its first counts beside the first sequence's WY programs).
+    seen.clear()
+    two = {name: torch.empty((2, *t.shape[1:]), dtype=t.dtype, device="meta") for name, t in meta.items()}
+    forward.triton_forward(two["q"], two["q"], two["v"], two["g"], two["beta"], scale=K ** -0.5, use_qk_l2norm=True,
+                           output_final_state=True, operands="fp16", split_walk="auto", split_warmup=2,
+                           split_heads_in="wy", walk="gluon", pieces=2, wy_heads=wy_heads)
+    assert [name for name, *_ in seen] == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel"]
+    assert not seen[0][3]["FORGET"] and seen[2][3]["SKIP"] == 1
 
 
 def test_posterior_segments():
@@ -554,7 +563,8 @@ def test_automatic_split_on_mixed_heads(h0, check, heads_in):
     walk's, every output row written (NaN-poisoned). operands="fp16": at 4 value heads the defaults
     would take the segment maps' walk instead (at 32 heads, the bench's, fp16). With the posterior
     check: segments of 65 + 4 x 48 chunks, segment 0 exact (seg_ok 2). With the heads marked by the WY
-    pass (split_heads_in="wy"), bit for bit the result of their own kernel's."""
+    pass (split_heads_in="wy"), bit for bit the result of their own kernel's (gates far from the
+    threshold, where the two kernels' sums of a warm-up's log-decays might round apart)."""
     from gdn.ops.triton import triton_forward
     T = 256 * 64 + 37
     q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
