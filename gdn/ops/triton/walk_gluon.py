@@ -17,8 +17,9 @@ only three products sit on the chain that carries the state, and the outputs' tw
 The numbers are walk_f16's: the same products on the same fp16 operands, scaled by the same powers
 of two (its module docstring), so the outputs and the state should equal the Triton walk's up to the
 order of the matrix units' sums. The tiles come by TMA through descriptors over [tokens, heads x
-dim] (made on the host, or in the kernel: walk_descriptors="kernel"), each kind in its own ring, refilled as soon as a chunk is done with that kind (so at
-one stage too every tile comes about a chunk ahead: v18). A sequence's last chunk may read rows of
+dim] (made on the host, or in the kernel: walk_descriptors="kernel"), each kind in its own ring,
+refilled as soon as a chunk is done with that kind (so at one stage too every tile comes about a
+chunk ahead: v18). A sequence's last chunk may read rows of
 the next (packed sequences, or dense ones whose T is not a multiple of the chunk): those rows are
 made harmless in registers (walk_gluon_kernel's MASK_ROWS). One segment; the WY pass runs first, or
 beside it with the walk waiting on its counts (dense batches whose chunks read no other sequence's

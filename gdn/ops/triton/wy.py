@@ -414,10 +414,10 @@ def wy_kernel(
     warm-ups of FORGET_W chunks, threshold forget_ln), before their count: so the ordered walk, whose
     first wait is for chunk 0's group, reads them once that wait is over, and one launch (and its
     host time) less is needed for them. Past the first group, a program whose q/k group's value heads
-    are all marked counts nothing: the ordered walk returns for those heads after their first group, and the count
-    (a barrier, a release at GPU scope) held each program's exit (no counts took ~8-12% off the WY
-    pass at B = 1 on an H200: NOTES.md v36). A mark not yet seen reads as 0, and the chunk is
-    counted: never a count missing that a walk waits for."""
+    are all marked counts nothing: the ordered walk returns for those heads after their first
+    group, and the count (a barrier, a release at GPU scope) held each program's exit (no counts took
+    ~8-12% off the WY pass at B = 1 on an H200: NOTES.md v36). A mark not yet seen reads as 0, and
+    the chunk is counted: never a count missing that a walk waits for."""
     tl.static_assert(not SIGNAL or (WY_SPLIT > 0 and not IS_VARLEN), "SIGNAL: dense batches, split path")
     tl.static_assert(HEADS == 1 or WY_SPLIT > 0, "HEADS > 1: split path only")
     tl.static_assert(not FEED or (SIGNAL and not IS_VARLEN), "FEED: with SIGNAL, dense batches")
