@@ -230,8 +230,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             return o, ht
         # The automatic split: on the first side stream the heads whose warm-ups forget (from g and
         # beta, a few microseconds; or, split_heads_in="wy", marked by the WY pass's chunk-0 programs,
-        # which the ordered walk waits for anyway), then the ordered walk of the others beside the WY pass; with
-        # split_check="bounds", on the second the certificates' bounds, launched after that walk
+        # which the ordered walk waits for anyway), then the ordered walk of the others beside the WY
+        # pass; with split_check="bounds", on the second the certificates' bounds, launched after that walk
         # (their many small programs would otherwise take the SMs the walk's programs wait for: 0.3
         # ms later at B1 x T128k on an H200, NOTES.md v26); after the WY pass, on the caller's
         # stream, the chosen heads' segments (walk_gluon_t, two programs an SM: the SM count's

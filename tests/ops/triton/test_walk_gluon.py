@@ -202,9 +202,10 @@ def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
     monkeypatch.setattr(planning, "num_sms", lambda device: 132)
     seen = []
     for module, name in ((walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel")):
-        spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((
-            name, kw.get("SPLIT", 0), kw["DESCS_IN_KERNEL"], [type(a) for a in args[:6 if name == "walk_t_kernel" else 5]],
-            args[15 if name == "walk_gluon_kernel" else 25])), run=False, module=module)
+        descs, rows = (6, 25) if name == "walk_t_kernel" else (5, 15)      # (positions in the kernel's arguments)
+        spy_launches(monkeypatch, name, lambda grid, args, kw, name=name, descs=descs, rows=rows: seen.append((
+            name, kw.get("SPLIT", 0), kw["DESCS_IN_KERNEL"], [type(a) for a in args[:descs]], args[rows])),
+            run=False, module=module)
     spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: None, run=False)
     spy_launches(monkeypatch, "_forgetting_kernel", lambda grid, args, kw: None, run=False, module=split_walk)
 
