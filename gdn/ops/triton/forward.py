@@ -127,18 +127,19 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         order of the certified split's segments; with forget = (heads, P, L, W, L0) also the automatic
         split's heads, as split_walk.forgetting_heads(g, beta, BT, P, L, W, L0))."""
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
+        forget_ln, forget_block = splits.forgets_constants(forget[3], BT) if forget else (0.0, 64)
         launch(wy_kernel, (slots * (HV // p.wy_heads),),
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-            slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)),
-            splits.FORGET_LOG2 * splits.LN2 if forget else 0.0, SIGNAL=done is not None, FEED=feed is not None,
+            slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)), forget_ln, SIGNAL=done is not None,
+            FEED=feed is not None,
             GROUP=flag_group if done is not None else 1,
             BV=max(16, next_pow2(V)), BLOCK=p.BLOCK, LOG_BLOCKS=(BT // p.BLOCK).bit_length() - 1,
             IS_VARLEN=cu_seqlens is not None, INVERSE=p.inverse, WY_SPLIT=p.wy_split,
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
             FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
-            FORGET_BLOCK=splits.forgets_block(forget[3], BT) if forget else 64, **p.common, **_maxnreg(p.wy_maxnreg))
+            FORGET_BLOCK=forget_block, **p.common, **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one

@@ -95,7 +95,6 @@ POSTERIOR_MAX_WARMUP = 40
 # kernel's walk spills 3 values a chunk instead of 9 (compiled, not yet timed): if its walk then
 # takes the two launches' time, one launch wins at every length and this bound goes.
 ONE_LAUNCH_BELOW = 1024
-LN2 = 0.6931471805599453    # (forget_log2 in the kernels' natural logarithm)
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)
 
@@ -293,14 +292,16 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     B, T, HV = g.shape
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
     HB = min(8, next_pow2(HV))
+    forget_ln, block = forgets_constants(W, BT, forget_log2)
     launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, T, P, L, W, L if L0 is None else L0,
-           forget_log2 * LN2, HV=HV, BT=BT, HB=HB, BLOCK=forgets_block(W, BT), num_warps=8)
+           forget_ln, HV=HV, BT=BT, HB=HB, BLOCK=block, num_warps=8)
     return heads
 
 
-def forgets_block(W: int, BT: int) -> int:
-    """forgets' BLOCK (tokens a round of loads) for warm-ups of W chunks of BT tokens."""
-    return max(64, min(2048, next_pow2(W * BT)))
+def forgets_constants(W: int, BT: int, forget_log2: float = FORGET_LOG2) -> tuple[float, int]:
+    """forgets' threshold forget_ln (forget_log2 in natural log) and BLOCK (tokens a round of loads)
+    for warm-ups of W chunks of BT tokens: what its callers' launches pass it."""
+    return forget_log2 * 0.6931471805599453, max(64, min(2048, next_pow2(W * BT)))
 
 
 def aligned_group(group: int, *lengths: int) -> int:

@@ -16,14 +16,20 @@ pytest.importorskip("triton")
 REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py"
 
 
+def _report(*args):
+    """compile_report.py with these arguments, in a process of its own without TRITON_INTERPRET (it
+    compiles for real); fails the test unless it exits 0. Returns its completed process."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(REPORT), *args], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
 def test_launches_are_listed_without_compiling():
     """--launches prints each recorded launch (kernel, grid, arguments' shapes, constexprs) and compiles
     nothing: at B1 x T32k the default's four launches, the WY pass first (the split's walk and check
     in one: 512 chunks, below split_walk.ONE_LAUNCH_BELOW)."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(REPORT), "--variants", "default", "--shape", "1,32768", "--launches"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _report("--variants", "default", "--shape", "1,32768", "--launches")
     kernels = re.findall(r"^default +(\w+)\[", run.stdout, re.M)
     assert kernels == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel"]
     assert "HEADS=2" in run.stdout and "regs" not in run.stdout
@@ -41,13 +47,10 @@ def test_launches_are_listed_without_compiling():
     ("1,2,64,64", ["--variants", "split one launch", "--shape", "1,8192"]),   # the posterior's walk and check in one
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     args = ["--shape", "1,140", "--heads", heads, "--chunk", "64", "--check"]
     if "--variants" not in extra:
         args += ["--variants", "default,bf16 parts"]
-    run = subprocess.run([sys.executable, str(REPORT), *args, *extra], capture_output=True, text=True, env=env,
-                         timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _report(*args, *extra)
     assert "wy_kernel" in run.stdout
     if "--lines" in extra:                 # each kernel's 3 busiest source lines: "wy.py:123   456  FMUL 64, ..."
         assert len(re.findall(r"^    \w+\.py:\d+ +\d+  [A-Z]", run.stdout, re.M)) >= 6
@@ -68,16 +71,13 @@ def test_one_launch_split_walk_keeps_its_loop_in_registers():
     operand addresses (9 local loads and stores a chunk, the walk ~9% slower on an H200: NOTES.md
     v37). At most 3 a chunk (the checkpoint's chunk index and one address around a TMA issue, off the
     products' chain), and at most 5% more instructions a chunk."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(REPORT), "--variants", "split one launch,split two launches",
-                          "--shape", "1,32768"], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _report("--variants", "split one launch,split two launches", "--shape", "1,32768")
     # "... walk_t_kernel (256,) ... 1339-209/28/3 ...": instructions a chunk, HGMMAs, local loads + stores.
     loops = {}
     for variant, instr, ldst in re.findall(r"^(split \w+ launch\w*) +walk_t_kernel .* (\d+)(?:-\d+)?/\d+/(\d+) ",
                                            run.stdout, re.M):
         loops.setdefault(variant, []).append((int(instr), int(ldst)))
-    (merged,), (walk, check) = loops["split one launch"], loops["split two launches"]
+    (merged,), (walk, _) = loops["split one launch"], loops["split two launches"]     # (the check's launch: any)
     assert merged[1] <= 3, (merged, walk)
     assert merged[0] <= 1.05 * walk[0], (merged, walk)
 
@@ -86,10 +86,7 @@ def test_heads_marked_by_the_wy_pass_compile():
     """split_heads_in="wy" at B1 x T32k (the automatic split): the WY pass with the heads' test
     (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no
     read of an unwritten uniform register, and no _forgetting_kernel is launched."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(REPORT), "--variants", "heads in wy", "--shape", "1,32768", "--check"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _report("--variants", "heads in wy", "--shape", "1,32768", "--check")
     assert re.findall(r"^heads in wy +(\w+) ", run.stdout, re.M) == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
 
 
@@ -98,10 +95,6 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
     """walk_descriptors="kernel": the ordered walk (B = 1 from 256 chunks), the wide walk (dense, and
     packed sequences) compile for sm_90a with their TMA descriptors made in the kernel, without a
     spilled register, and with no read of an unwritten uniform register."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(REPORT), "--variants", "descs in kernel", "--shape", shape, "--check",
-                          *(["--packed", packed] if packed else [])],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _report("--variants", "descs in kernel", "--shape", shape, "--check", *(["--packed", packed] if packed else []))
     walks = re.findall(r"^descs in kernel +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M)
     assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout

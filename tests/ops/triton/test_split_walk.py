@@ -235,10 +235,14 @@ def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     meta = dict(q=torch.empty(B, T, H, K, dtype=torch.bfloat16, device="meta"),
                 v=torch.empty(B, T, HV, V, dtype=torch.bfloat16, device="meta"),
                 g=torch.empty(B, T, HV, device="meta"), beta=torch.empty(B, T, HV, device="meta"))
-    forward.triton_forward(meta["q"], meta["q"], meta["v"], meta["g"], meta["beta"], scale=K ** -0.5,
-                           use_qk_l2norm=True, output_final_state=True, operands="fp16", split_walk="auto",
-                           split_warmup=2, split_heads_in="wy", walk="gluon", pieces=2,
-                           wy_heads=wy_heads)   # (as from 256 chunks on)
+
+    def record(t):
+        """The call's launches (into seen) on meta tensors t, the heads asked of the WY pass."""
+        forward.triton_forward(t["q"], t["q"], t["v"], t["g"], t["beta"], scale=K ** -0.5, use_qk_l2norm=True,
+                               output_final_state=True, operands="fp16", split_walk="auto", split_warmup=2,
+                               split_heads_in="wy", walk="gluon", pieces=2,      # (as from 256 chunks on)
+                               wy_heads=wy_heads)
+    record(meta)
     assert [name for name, *_ in seen] == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
     _, grid, args, kw = seen[0]
     assert kw["FORGET"] and seen[1][3]["SKIP"] == 2 and seen[2][3]["CHOSEN"]
@@ -279,10 +283,7 @@ def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     # Two sequences: the heads from their own kernel (a later sequence's walk programs would wait for
     # its first counts beside the first sequence's WY programs).
     seen.clear()
-    two = {name: torch.empty((2, *t.shape[1:]), dtype=t.dtype, device="meta") for name, t in meta.items()}
-    forward.triton_forward(two["q"], two["q"], two["v"], two["g"], two["beta"], scale=K ** -0.5, use_qk_l2norm=True,
-                           output_final_state=True, operands="fp16", split_walk="auto", split_warmup=2,
-                           split_heads_in="wy", walk="gluon", pieces=2, wy_heads=wy_heads)
+    record({name: torch.empty((2, *t.shape[1:]), dtype=t.dtype, device="meta") for name, t in meta.items()})
     assert [name for name, *_ in seen] == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel"]
     assert not seen[0][3]["FORGET"] and seen[2][3]["SKIP"] == 1
 
