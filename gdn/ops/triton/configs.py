@@ -132,13 +132,21 @@ CONFIGS = {
     # whatever the length (v37's default: one below split_walk.ONE_LAUNCH_BELOW chunks a sequence)
     "split one launch": dict(split_launches=1),
     "split two launches": dict(split_launches=2),
-    # v38: the automatic split's heads marked by the WY pass's chunk-0 programs (no launch of their own)
+    # v38: the automatic split's heads marked by the WY pass's chunk-0 programs (no launch of their own;
+    # timed in v39, its GPU test not yet run), or chosen by their own kernel (the default)
     "heads in wy": dict(split_heads_in="wy"),
-    # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a launch)
+    "heads in kernel": dict(split_heads_in="kernel"),
+    # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a
+    # launch), or take the host's; v39's default: in the kernel for one sequence below
+    # split_walk.ONE_LAUNCH_BELOW chunks (where the host sets the pace), else on the host
     "descs in kernel": dict(walk_descriptors="kernel"),
-    # v37 (built on the CPU, not yet run on a GPU): each launch after a key's first straight to the
-    # compiled kernel, past Triton's binding, cache key and hooks (gdn.ops.triton.launch)
+    "descs on host": dict(walk_descriptors="host"),
+    # v37: each launch after a key's first straight to the compiled kernel, past Triton's binding,
+    # cache key and hooks (gdn.ops.triton.launch; v39's default), or every launch through Triton
     "direct launches": dict(direct_launch=True),
+    "triton launches": dict(direct_launch=False),
+    # v38's default, for A/B against v39's
+    "v38": dict(direct_launch=False, split_heads_in="kernel", walk_descriptors="host"),
     # v24-v25: the certified split (gdn.ops.triton.split_walk) on walk_gluon_t, after the WY pass, or
     # beside it (the segments waiting on its counts, the chunks formed in their order)
     "gluon t split": dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1, split_walk=True),

@@ -45,14 +45,15 @@ def _maxnreg(cap) -> dict:
 
 
 @on_tensor_device
-def triton_forward(q, k, v, g, beta, *, direct_launch=False, **kwargs):
+def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
     """Launch the forward. Arguments and results as :func:`gdn.gated_delta_rule` (checked there), and
     ``out``, an output buffer ``[B, T, HV, V]`` in v's dtype to write into. The other keywords
     (benchmarks and tests; named sets in gdn.ops.triton.configs) are gdn.ops.triton.plan.plan_forward's
     knobs, which it documents: the defaults are the configuration measured correct and fastest on an
-    H200. ``direct_launch=True`` launches each kernel directly once a launch with its key was seen
-    (gdn.ops.triton.launch: less host time a call, the same compiled kernels; not yet run on a GPU,
-    so not the default); False (default) goes through Triton's ``kernel[grid]`` at every launch."""
+    H200 and an H100. ``direct_launch=True`` (default) launches each kernel directly once a launch
+    with its key was seen (gdn.ops.triton.launch: the same compiled kernels, bit for bit the same
+    results, ~0.35 ms less host time a B1 x T32k call on the GPU machine's host, NOTES.md v39);
+    False goes through Triton's ``kernel[grid]`` at every launch."""
     with direct_launches(direct_launch):
         return _forward(q, k, v, g, beta, **kwargs)
 

@@ -177,7 +177,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=None, split_heads_in="kernel", walk_descriptors="host") -> Plan | None:
+                 split_launches=None, split_heads_in="kernel", walk_descriptors=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -298,20 +298,25 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     check (SPLIT 4); 1 runs both in each program of one launch (SPLIT 5: one Gluon launch less, a walk
     ~10% longer: its kernel spills). None (default): 1 below split_walk.ONE_LAUNCH_BELOW chunks a
     sequence (where the host sets the pace at B = 1), else 2 (NOTES.md v37).
-    ``split_heads_in`` (the automatic split with the posterior check, one sequence): where the heads it splits are
-    chosen: "kernel" (default) split_walk.forgetting_heads' own launch on the ordered walk's side
-    stream, which the segments wait for by an event; "wy" the WY pass's chunk-0 programs (wy_kernel's
-    FORGET), the ordered walk reading them once its first chunks are counted (walk_gluon_kernel's
-    SKIP = 2): one launch and one event less on the host (~60-80 us a call on the GPU machine's host,
-    NOTES.md v37's stages), and past the first group of chunks the WY pass counts no chunk of a q/k
-    head whose value heads all split (no count at all took 8-12% off the WY pass at B = 1, v36). Not
-    yet run on a GPU, so not the default.
-    ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host" (default,
-    TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
+    ``split_heads_in`` (the automatic split with the posterior check, one sequence): where the heads it
+    splits are chosen: "kernel" (default) split_walk.forgetting_heads' own launch on the ordered
+    walk's side stream, which the segments wait for by an event; "wy" the WY pass's chunk-0 programs
+    (wy_kernel's FORGET), the ordered walk reading them once its first chunks are counted
+    (walk_gluon_kernel's SKIP = 2): one launch and one event less on the host, and past the first
+    group of chunks the WY pass counts no chunk of a q/k head whose value heads all split. Timed on an
+    H100 (NOTES.md v39): "wy" took B1 x T32k from 1.07 to 0.90 ms a call and made the WY pass 5%
+    longer at B1 x T128k, where the kernels set the pace. Its GPU test
+    (test_automatic_split_on_mixed_heads) has not yet run, so it is not the default; once that
+    passes, the default is to be "wy" where the host sets the pace (as ``walk_descriptors``') and
+    "kernel" elsewhere.
+    ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host"
+    (TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
     argument) or "kernel" (each program makes its own from the tensors' pointers in a scratch
     buffer Triton allocates at launch; the launch then passes pointers only: less host time for each
-    Gluon launch). The split's walk keeps the host's (walk_gluon_t: in the kernel they spill it). Not
-    yet run on a GPU, so not the default.
+    Gluon launch). The split's walk keeps the host's (walk_gluon_t: in the kernel they spill it).
+    None (default): "kernel" where the host sets the pace (one sequence of fewer than
+    split_walk.ONE_LAUNCH_BELOW chunks), else "host": measured on an H100 (v39), "kernel" took
+    B1 x T32k from 1.07 to 0.95 ms a call and the wide walks 1-4% longer (B8 x T4k, varlen, B32 x T2k).
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -579,8 +584,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         split_launches = 1 if NT < splits.ONE_LAUNCH_BELOW else 2
     if split_launches not in (1, 2) or isinstance(split_launches, bool):
         raise ValueError(f"split_launches must be None, 1 or 2, got {split_launches!r}")
+    # One sequence short enough that the host's launches, not the kernels, set the pace of a call
+    # (NOTES.md v36-v39): there a choice that saves host time at some kernel time is taken.
+    host_paced = N == 1 and NT < splits.ONE_LAUNCH_BELOW
+    if walk_descriptors is None:
+        walk_descriptors = "kernel" if host_paced else "host"
     if walk_descriptors not in ("host", "kernel"):
-        raise ValueError(f"walk_descriptors must be 'host' or 'kernel', got {walk_descriptors!r}")
+        raise ValueError(f"walk_descriptors must be None, 'host' or 'kernel', got {walk_descriptors!r}")
     if split_heads_in not in ("kernel", "wy"):
         raise ValueError(f"split_heads_in must be 'kernel' or 'wy', got {split_heads_in!r}")
     if split_heads_in == "wy" and split_check == "bounds":

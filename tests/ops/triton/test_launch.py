@@ -69,8 +69,21 @@ def test_not_a_kernel_goes_through_its_own_launch():
     assert not any(key[0].__class__.__name__ == "Spy" for key in launch._compiled)
 
 
+def test_the_forward_launches_directly_by_default(monkeypatch):
+    """triton_forward enters direct_launches(True) unless direct_launch=False (NOTES.md v39): what
+    its kernels' launches see (recorded, not run)."""
+    import gdn.ops.triton.forward as forward
+    from tests.ops.triton.launches import spy_launches
+    seen = []
+    spy_launches(monkeypatch, "wy_kernel", lambda grid, args, kw: seen.append(launch._enabled.get()), run=False)
+    q, k, v, g, beta, _ = random_inputs(1, 64, 2, 2, 32, 32, dtype=torch.float32)
+    for choice in ({}, dict(direct_launch=False), dict(direct_launch=True)):
+        forward.triton_forward(q, k, v, g, beta, scale=0.125, **choice)
+    assert seen == [True, False, True] and not launch._enabled.get()
+
+
 def test_direct_launches_context_restores():
-    assert not launch._enabled.get()                 # opt-in (not yet run on a GPU)
+    assert not launch._enabled.get()                 # outside triton_forward: through Triton
     with launch.direct_launches(True):
         assert launch._enabled.get()
         with launch.direct_launches(False):
