@@ -38,6 +38,9 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)         # compile for real, never interpret
+# scripts/triton_cache.sh's cache keeps binaries only, and this report reads each kernel's PTX and TTGIR
+if os.environ.pop("TRITON_STORE_BINARY_ONLY", None):
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gdn_compile_report_cache")
 
 import torch
 import triton

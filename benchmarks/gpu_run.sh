@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # On the GPU machine (no package registry): unpack the peers, check correctness, time everything.
-# Usage (device tool, carry .peers): bash benchmarks/gpu_run.sh [check|bench|all|SECTION...]
+# Usage (device tool, carry .peers and .tcache): bash benchmarks/gpu_run.sh [check|bench|all|SECTION...]
 #   check: every gpu_check.py section; bench: `gdn bench` with the peers; all: both (the default);
 #   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
 #   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
-#   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way.
+#   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way;
+#   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz (scripts/triton_cache.sh: copy it to
+#   .tcache/ and later calls start with those kernels compiled).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
 OUT="${OUT:-/tmp/gdn_out}"
 mkdir -p "$OUT"
+source scripts/triton_cache.sh
 what="${1:-all}"
 case "$what" in
     check|bench|all) ;;
     *)
         for section in "$@"; do
+            if [[ "$section" == cache ]]; then
+                save_triton_cache
+                continue
+            fi
             if [[ "$section" == pytest ]]; then
                 # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
                 timeout "${SECTION_TIMEOUT:-400}" python3 -m pytest -q --tb=short -p no:cacheprovider \

@@ -1,0 +1,39 @@
+# Run ON the GPU machine: `source scripts/triton_cache.sh` (benchmarks/gpu_run.sh does).
+# A fresh GPU machine compiles every kernel variant again: most of a first call's time in the tests
+# and the correct section. This keeps Triton's cache between sessions:
+#   - Triton's cache goes to $TRITON_CACHE_DIR (default /tmp/gdn_triton_cache), binaries only
+#     (TRITON_STORE_BINARY_ONLY: each kernel's cubin, metadata and source, all a cache hit loads;
+#     this setting is not part of Triton's cache key);
+#   - the archive .tcache/triton-cache.tar.xz (git-ignored; carry .tcache) is unpacked into it
+#     when it changed since the last unpack on this machine;
+#   - `save_triton_cache` writes the cache to $OUT/triton-cache.tar.xz (a device call brings back
+#     files of at most 16 MiB): copy it to .tcache/ here, and the next session's calls carry it.
+# A kernel whose source changed misses (the source is part of the key) and is compiled as before.
+# Sourced, so no `set -e` (it would leak into the caller).
+_gdn_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/gdn_triton_cache}"
+export TRITON_STORE_BINARY_ONLY=1
+mkdir -p "$TRITON_CACHE_DIR"
+_tcache_archive="${GDN_TRITON_ARCHIVE:-$_gdn_root/.tcache/triton-cache.tar.xz}"
+if [ -f "$_tcache_archive" ]; then
+  _tcache_stamp="$(stat -c '%s %Y' "$_tcache_archive")"
+  if [ "$(cat "$TRITON_CACHE_DIR/.stamp" 2>/dev/null)" != "$_tcache_stamp" ]; then
+    tar -xJf "$_tcache_archive" -C "$TRITON_CACHE_DIR" && echo "$_tcache_stamp" > "$TRITON_CACHE_DIR/.stamp" &&
+      echo "triton_cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels from $_tcache_archive"
+  fi
+fi
+unset _gdn_root _tcache_archive _tcache_stamp
+
+save_triton_cache() {
+  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz"
+  mkdir -p "$(dirname "$out")"
+  tar -C "$TRITON_CACHE_DIR" --exclude=.stamp -cf - . | xz -6 -T0 > "$out"
+  local bytes
+  bytes="$(stat -c %s "$out")"
+  echo "triton_cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels, $bytes bytes in $out"
+  if [ "$bytes" -gt $((16 * 1024 * 1024)) ]; then
+    echo "triton_cache: over the 16 MiB a device call brings back; not kept" >&2
+    rm -f "$out"
+    return 1
+  fi
+}
