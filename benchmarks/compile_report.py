@@ -38,9 +38,6 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)         # compile for real, never interpret
-# scripts/triton_cache.sh's cache keeps binaries only, and this report reads each kernel's PTX and TTGIR
-if os.environ.pop("TRITON_STORE_BINARY_ONLY", None):
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gdn_compile_report_cache")
 
 import torch
 import triton
@@ -334,6 +331,10 @@ HEADER = (f"{'variant':<22}{'kernel':<23}{'grid':<15}{'w':>3}{'regs':>5}{'spill 
 
 
 def main(argv=None):
+    # scripts/triton_cache.sh's cache keeps binaries only, and this report reads each kernel's PTX
+    # and TTGIR: a cache of its own then (here, not at import: gpu_check's stages import this module)
+    if os.environ.pop("TRITON_STORE_BINARY_ONLY", None):
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gdn_compile_report_cache")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", default=",".join(CONFIGS),
                     help='comma-separated names of CONFIGS; "a&b" merges configs a and b (b wins)')

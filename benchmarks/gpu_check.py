@@ -189,7 +189,9 @@ def correctness() -> None:
     check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk: Gluon's)", 8, 4096, torch.bfloat16, graph=True)
     check("bf16 B1 T16k replayed from a CUDA graph (Gluon's ordered walk, descriptors made in it)", 1, 16384,
-          torch.bfloat16, graph=True)
+          torch.bfloat16, graph=True, walk_descriptors="kernel")
+    check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,
+          torch.bfloat16, graph=True, walk_descriptors="kernel")
     with torch.cuda.stream(torch.cuda.Stream()):            # the caller on a stream of its own
         check("bf16 B1 T4099 in 16 pieces, caller's own stream", 1, 4099, torch.bfloat16, pieces=16)
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",

@@ -7,7 +7,8 @@
 #   - the archive .tcache/triton-cache.tar.xz (git-ignored; carry .tcache) is unpacked into it
 #     when it changed since the last unpack on this machine;
 #   - `save_triton_cache` writes the cache to $OUT/triton-cache.tar.xz (a device call brings back
-#     files of at most 16 MiB): copy it to .tcache/ here, and the next session's calls carry it.
+#     files of at most 16 MiB; past that, only the kernels compiled on this machine): copy it to
+#     .tcache/ here, and the next session's calls carry it.
 # A kernel whose source changed misses (the source is part of the key) and is compiled as before.
 # Sourced, so no `set -e` (it would leak into the caller).
 _gdn_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,15 +26,33 @@ fi
 unset _gdn_root _tcache_archive _tcache_stamp
 
 save_triton_cache() {
-  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz"
+  # The whole cache; past the limit (16 MiB) only the kernels this machine compiled (newer than the
+  # unpack's stamp), so that an archive that grew with sessions still brings back what is new.
+  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}" entries
   mkdir -p "$(dirname "$out")"
-  tar -C "$TRITON_CACHE_DIR" --exclude=.stamp -cf - . | xz -6 -T0 > "$out"
-  local bytes
-  bytes="$(stat -c %s "$out")"
-  echo "triton_cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels, $bytes bytes in $out"
-  if [ "$bytes" -gt $((16 * 1024 * 1024)) ]; then
-    echo "triton_cache: over the 16 MiB a device call brings back; not kept" >&2
-    rm -f "$out"
-    return 1
-  fi
+  out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"         # (packed from inside the cache)
+  for entries in all new; do
+    if [ "$entries" = new ] && [ -z "$(find "$TRITON_CACHE_DIR" -mindepth 1 -maxdepth 1 -type d \
+                                       -newer "$TRITON_CACHE_DIR/.stamp" 2>/dev/null)" ]; then
+      break                        # (no unpacked archive, or no kernel compiled since)
+    fi
+    if ! (set -o pipefail
+          cd "$TRITON_CACHE_DIR" &&
+            if [ "$entries" = all ]; then find . -mindepth 1 -maxdepth 1 -type d; else
+              find . -mindepth 1 -maxdepth 1 -type d -newer .stamp; fi |
+            tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$out") || [ ! -s "$out" ]; then
+      echo "triton_cache: packing the cache failed; nothing kept" >&2
+      rm -f "$out"
+      return 1
+    fi
+    local bytes
+    bytes="$(stat -c %s "$out")"
+    if [ "$bytes" -le "$limit" ]; then
+      echo "triton_cache: $(tar -tJf "$out" | grep -c '\.cubin$') kernels ($entries), $bytes bytes in $out"
+      return 0
+    fi
+    echo "triton_cache: $entries: $bytes bytes, over the $limit a device call brings back" >&2
+  done
+  rm -f "$out"
+  return 1
 }

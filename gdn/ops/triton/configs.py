@@ -137,8 +137,8 @@ CONFIGS = {
     "heads in wy": dict(split_heads_in="wy"),
     "heads in kernel": dict(split_heads_in="kernel"),
     # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a
-    # launch), or take the host's; v39's default: in the kernel for one sequence below
-    # split_walk.ONE_LAUNCH_BELOW chunks (where the host sets the pace), else on the host
+    # launch; v39: bit for bit on an H100, not yet captured in a CUDA graph there), or take the host's
+    # (the default)
     "descs in kernel": dict(walk_descriptors="kernel"),
     "descs on host": dict(walk_descriptors="host"),
     # v37: each launch after a key's first straight to the compiled kernel, past Triton's binding,

@@ -177,7 +177,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=None, split_heads_in="kernel", walk_descriptors=None) -> Plan | None:
+                 split_launches=None, split_heads_in="kernel", walk_descriptors="host") -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -307,16 +307,18 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     H100 (NOTES.md v39): "wy" took B1 x T32k from 1.07 to 0.90 ms a call and made the WY pass 5%
     longer at B1 x T128k, where the kernels set the pace. Its GPU test
     (test_automatic_split_on_mixed_heads) has not yet run, so it is not the default; once that
-    passes, the default is to be "wy" where the host sets the pace (as ``walk_descriptors``') and
-    "kernel" elsewhere.
-    ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host"
-    (TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
+    passes, the default is to be "wy" where the host sets the pace (one sequence of fewer than
+    split_walk.ONE_LAUNCH_BELOW chunks) and "kernel" elsewhere.
+    ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host" (default,
+    TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
     argument) or "kernel" (each program makes its own from the tensors' pointers in a scratch
     buffer Triton allocates at launch; the launch then passes pointers only: less host time for each
     Gluon launch). The split's walk keeps the host's (walk_gluon_t: in the kernel they spill it).
-    None (default): "kernel" where the host sets the pace (one sequence of fewer than
-    split_walk.ONE_LAUNCH_BELOW chunks), else "host": measured on an H100 (v39), "kernel" took
-    B1 x T32k from 1.07 to 0.95 ms a call and the wide walks 1-4% longer (B8 x T4k, varlen, B32 x T2k).
+    On an H100 (NOTES.md v39) "kernel" passed the GPU tests bit for bit, took 25-35 us of host off
+    each Gluon launch at B1 x T32k (its call's total within that host's noise) and made the wide
+    walks 1-4% longer; it has not yet been captured in a CUDA graph on a GPU, so not the default.
+    The candidate rule: "kernel" for one sequence below split_walk.ONE_LAUNCH_BELOW chunks on the
+    ordered walk (not the wide one, which many value heads take at B = 1), "host" elsewhere.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,
@@ -584,13 +586,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         split_launches = 1 if NT < splits.ONE_LAUNCH_BELOW else 2
     if split_launches not in (1, 2) or isinstance(split_launches, bool):
         raise ValueError(f"split_launches must be None, 1 or 2, got {split_launches!r}")
-    # One sequence short enough that the host's launches, not the kernels, set the pace of a call
-    # (NOTES.md v36-v39): there a choice that saves host time at some kernel time is taken.
-    host_paced = N == 1 and NT < splits.ONE_LAUNCH_BELOW
-    if walk_descriptors is None:
-        walk_descriptors = "kernel" if host_paced else "host"
     if walk_descriptors not in ("host", "kernel"):
-        raise ValueError(f"walk_descriptors must be None, 'host' or 'kernel', got {walk_descriptors!r}")
+        raise ValueError(f"walk_descriptors must be 'host' or 'kernel', got {walk_descriptors!r}")
     if split_heads_in not in ("kernel", "wy"):
         raise ValueError(f"split_heads_in must be 'kernel' or 'wy', got {split_heads_in!r}")
     if split_heads_in == "wy" and split_check == "bounds":

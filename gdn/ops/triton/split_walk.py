@@ -92,8 +92,8 @@ POSTERIOR_MAX_WARMUP = 40
 # longer (the merged kernel spilled). On an H200 (NOTES.md v37, B1, decaying gates) one launch took
 # T32k (512 chunks, where the host sets the pace) from 1.242 to 1.084 ms and two stayed faster from
 # 1024 chunks on (T64k 1.514 against 1.605 ms, T128k 2.984 against 3.150). Since v38 the merged
-# kernel's walk spills 3 values a chunk instead of 9 (compiled, not yet timed): if its walk then
-# takes the two launches' time, one launch wins at every length and this bound goes.
+# kernel's walk spills 3 values a chunk instead of 9, and on an H100 (v39) its walk was still 10%
+# longer than the two launches' at T128k (1.758 against 1.598 ms): the bound stays.
 ONE_LAUNCH_BELOW = 1024
 last_outcome = None         # the latest split launch's certificates (seg_ok; forward._certified_split)
 last_heads = None           # the latest automatic split's choice of heads (forgetting_heads)

@@ -71,7 +71,7 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(walk_priority=0.5), "walk_priority must be an int"),
     (dict(split_launches=3), "split_launches must be None, 1 or 2"),
     (dict(split_heads_in="walk"), "split_heads_in must be 'kernel' or 'wy'"),
-    (dict(walk_descriptors="device"), "walk_descriptors must be None, 'host' or 'kernel'"),
+    (dict(walk_descriptors="device"), "walk_descriptors must be 'host' or 'kernel'"),
     (dict(split_heads_in="wy", split_check="bounds"), "split_heads_in='wy' takes split_check='posterior'"),
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
 ])

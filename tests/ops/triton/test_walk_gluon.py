@@ -190,9 +190,7 @@ def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
     """walk_descriptors="kernel": the Gluon walks are given the tensors in the descriptors' places, the
     token rows and DESCS_IN_KERNEL (the wide walk, dense and packed; the ordered walk at B = 1), except
     the split's walk (B1 x T32k's automatic split: its segments keep the host's descriptors, which do
-    not take its registers); "host" gives descriptors everywhere. The default: "kernel" for one
-    sequence below split_walk.ONE_LAUNCH_BELOW chunks (where the host sets the pace), else "host".
-    Recorded, not run."""
+    not take its registers); "host" (the default) gives descriptors everywhere. Recorded, not run."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.plan as planning
     import gdn.ops.triton.walk_gluon as walk_gluon
@@ -226,10 +224,7 @@ def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
     assert walks(1, 16384, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 16384)]
     assert walks(1, 32768, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 32768),
                                                           ("walk_t_kernel", 5, False, descriptors, 32768)]
-    assert walks(1, 16384) == walks(1, 16384, walk_descriptors="kernel")             # the default at B = 1 ...
-    longest = (split_walk.ONE_LAUNCH_BELOW - 1) * 64
-    assert [walk[2] for walk in walks(1, longest)] == [True, False]                 # (the split's walk: its own)
-    assert [walk[2] for walk in walks(1, longest + 64)] == [False] * 3             # ... below ONE_LAUNCH_BELOW
+    assert walks(1, 16384) == [("walk_gluon_kernel", 0, False, descriptors[:5], 16384)]
 
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
