@@ -62,6 +62,7 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     if not any(text in name for text in os.environ.get("GDN_CHECK_ONLY", "").split("|")):   # GDN_CHECK_ONLY
         return None
     H, HV, K, V = dims
+    start = time.perf_counter()                               # (printed: compiles show as seconds)
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
     N = B if cu is None else len(cu) - 1
@@ -110,7 +111,8 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     ok = finite and eo <= bound and es <= bound
     if not ok:
         failures.append(name)
-    print(f"{name:<44} rel err o {eo:.2e}  S {es:.2e}  finite {finite}  {'ok' if ok else 'FAIL'}", flush=True)
+    print(f"{name:<44} rel err o {eo:.2e}  S {es:.2e}  finite {finite}  {'ok' if ok else 'FAIL'}"
+          f"  {time.perf_counter() - start:5.1f} s", flush=True)
     return eo, es
 
 

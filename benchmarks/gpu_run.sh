@@ -25,7 +25,7 @@ case "$what" in
             fi
             if [[ "$section" == pytest ]]; then
                 # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
-                timeout "${SECTION_TIMEOUT:-400}" python3 -m pytest -q --tb=short -p no:cacheprovider \
+                timeout "${SECTION_TIMEOUT:-400}" python3 -m pytest -q --tb=short -p no:cacheprovider --durations=15 \
                     ${GDN_PYTEST:-tests/ops/triton} 2>&1 | tee "$OUT/pytest${TAG:+-$TAG}.log"
                 continue
             fi
