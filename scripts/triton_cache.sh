@@ -28,19 +28,22 @@ unset _gdn_root _tcache_archive _tcache_stamp
 save_triton_cache() {
   # The whole cache; past the limit (16 MiB) only the kernels this machine compiled (newer than the
   # unpack's stamp), so that an archive that grew with sessions still brings back what is new.
-  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}" entries
+  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}"
   mkdir -p "$(dirname "$out")"
   out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"         # (packed from inside the cache)
+  local entries dirs
   for entries in all new; do
-    if [ "$entries" = new ] && [ -z "$(find "$TRITON_CACHE_DIR" -mindepth 1 -maxdepth 1 -type d \
-                                       -newer "$TRITON_CACHE_DIR/.stamp" 2>/dev/null)" ]; then
-      break                        # (no unpacked archive, or no kernel compiled since)
+    # (each kernel is one folder named by its key)
+    if [ "$entries" = all ]; then
+      dirs="$(cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d)"
+    else
+      dirs="$(cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d -newer .stamp 2>/dev/null)"
+      [ -n "$dirs" ] || break      # (no unpacked archive, or no kernel compiled since)
     fi
     if ! (set -o pipefail
           cd "$TRITON_CACHE_DIR" &&
-            if [ "$entries" = all ]; then find . -mindepth 1 -maxdepth 1 -type d; else
-              find . -mindepth 1 -maxdepth 1 -type d -newer .stamp; fi |
-            tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$out") || [ ! -s "$out" ]; then
+            { [ -z "$dirs" ] || printf '%s\n' "$dirs"; } | tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$out") ||
+         [ ! -s "$out" ]; then
       echo "triton_cache: packing the cache failed; nothing kept" >&2
       rm -f "$out"
       return 1
