@@ -133,7 +133,8 @@ CONFIGS = {
     "split one launch": dict(split_launches=1),
     "split two launches": dict(split_launches=2),
     # v38: the automatic split's heads marked by the WY pass's chunk-0 programs (no launch of their own;
-    # timed in v39, its GPU test not yet run), or chosen by their own kernel (the default)
+    # bit for bit on an H100, 5% slower at B1 x T32k beside direct launches: v40), or chosen by their own
+    # kernel (the default)
     "heads in wy": dict(split_heads_in="wy"),
     "heads in kernel": dict(split_heads_in="kernel"),
     # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a

@@ -304,11 +304,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     (wy_kernel's FORGET), the ordered walk reading them once its first chunks are counted
     (walk_gluon_kernel's SKIP = 2): one launch and one event less on the host, and past the first
     group of chunks the WY pass counts no chunk of a q/k head whose value heads all split. Timed on an
-    H100 (NOTES.md v39): "wy" took B1 x T32k from 1.07 to 0.90 ms a call and made the WY pass 5%
-    longer at B1 x T128k, where the kernels set the pace. Its GPU test
-    (test_automatic_split_on_mixed_heads) has not yet run, so it is not the default; once that
-    passes, the default is to be "wy" where the host sets the pace (one sequence of fewer than
-    split_walk.ONE_LAUNCH_BELOW chunks) and "kernel" elsewhere.
+    H100 (NOTES.md v39-v40): bit for bit the heads' kernel's results (test_automatic_split_on_mixed_heads),
+    and the WY pass 5% longer at B1 x T128k; at B1 x T32k it took the host's time a call from
+    0.57-0.90 to 0.54-0.91 ms and the call from 0.851-0.854 to 0.893-0.900 ms (three runs), since
+    with direct launches the kernels, not the host, set the pace there. So "kernel" stays the default.
     ``walk_descriptors`` (the Gluon walks): where their TMA descriptors are made: "host" (default,
     TensorDescriptor objects that Triton's launcher encodes at every launch, in Python per
     argument) or "kernel" (each program makes its own from the tensors' pointers in a scratch
