@@ -5,7 +5,10 @@
 #   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
 #   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
-#   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way;
+#   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way
+#   (stopped at SECTION_TIMEOUT by SIGINT, so that pytest still prints the failures it has); "sweep"
+#   runs benchmarks/knob_sweep.py on the GPU ($GDN_SWEEP_ARGS, default 60 single-knob cases from
+#   seed 0, no case started after $GDN_SWEEP_MINUTES, default 4);
 #   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz (scripts/triton_cache.sh: copy it to
 #   .tcache/ and later calls start with those kernels compiled).
 set -uo pipefail
@@ -25,8 +28,15 @@ case "$what" in
             fi
             if [[ "$section" == pytest ]]; then
                 # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
-                timeout "${SECTION_TIMEOUT:-400}" python3 -m pytest -q --tb=short -p no:cacheprovider --durations=15 \
-                    ${GDN_PYTEST:-tests/ops/triton} 2>&1 | tee "$OUT/pytest${TAG:+-$TAG}.log"
+                timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -q -rf --tb=short -p no:cacheprovider \
+                    --durations=15 ${GDN_PYTEST:-tests/ops/triton} 2>&1 | tee "$OUT/pytest${TAG:+-$TAG}.log"
+                continue
+            fi
+            if [[ "$section" == sweep ]]; then
+                # shellcheck disable=SC2086  # GDN_SWEEP_ARGS is a list of arguments
+                timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/knob_sweep.py --device cuda \
+                    --minutes "${GDN_SWEEP_MINUTES:-4}" ${GDN_SWEEP_ARGS:---cases 60 --knobs single} 2>&1 |
+                    tee "$OUT/sweep${TAG:+-$TAG}.log"
                 continue
             fi
             timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"

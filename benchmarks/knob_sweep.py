@@ -15,9 +15,10 @@ Gluon configs are left out there (no interpreter). On a GPU (``--device cuda``) 
 Gluon's included, with the output poisoned (NaN) before each call.
 
     python benchmarks/knob_sweep.py [--cases 200] [--seed 0] [--knobs none|single|pairs]
-                                    [--configs "a;b"] [--device cpu]
+                                    [--configs "a;b"] [--device cpu] [--minutes M]
 
 Prints one line a case (ok / FAIL / refused / ERROR) and a summary; exits 1 on any FAIL or ERROR.
+--minutes: no case starts after M minutes (a GPU call's time limit: the summary still prints).
 """
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", choices=["none", "single", "pairs"], default="single")
     ap.add_argument("--configs", help='";"-separated config names to draw from (default: all that run here)')
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--minutes", type=float, help="start no case after this many minutes")
     args = ap.parse_args(argv)
+    deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"           # before Triton is imported
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,6 +92,9 @@ def main(argv=None) -> int:
         n for n in CONFIGS if args.device != "cpu" or not any(w in n for w in ("gluon", "split", "prio", "tokens"))]
     counts = dict(ok=0, FAIL=0, refused=0, ERROR=0)
     for case in range(args.seed, args.seed + args.cases):
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"stopped before case {case}: --minutes {args.minutes:g} spent", flush=True)
+            break
         r = random.Random(case)
         desc, call = draw_problem(r, torch, args.device)
         knobs, label = {}, "defaults"

@@ -29,3 +29,10 @@ def test_sweep_fails_on_a_wrong_answer_and_on_a_crash(monkeypatch, capsys):
     assert knob_sweep.main(["--cases", "1", "--knobs", "none"]) == 1
     out = capsys.readouterr().out
     assert "FAIL    case 0" in out and "ERROR   case 0 [defaults]" in out and "ZeroDivisionError" in out
+
+
+def test_sweep_stops_at_its_time_budget(capsys):
+    assert knob_sweep.main(["--cases", "3", "--knobs", "none", "--minutes", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "stopped before case 0: --minutes 0 spent" in out and "ok 0 FAIL 0 refused 0 ERROR 0" in out
+    assert "case 0 [" not in out

@@ -138,8 +138,8 @@ CONFIGS = {
     "heads in wy": dict(split_heads_in="wy"),
     "heads in kernel": dict(split_heads_in="kernel"),
     # v38: the Gluon walks make their TMA descriptors in the kernel (no host descriptor, no encoding a
-    # launch; v39: bit for bit on an H100, not yet captured in a CUDA graph there), or take the host's
-    # (the default)
+    # launch; v39: bit for bit on an H100; v41: replayed from CUDA graphs there, no faster a call), or
+    # take the host's (the default)
     "descs in kernel": dict(walk_descriptors="kernel"),
     "descs on host": dict(walk_descriptors="host"),
     # v37: each launch after a key's first straight to the compiled kernel, past Triton's binding,

@@ -315,9 +315,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     Gluon launch). The split's walk keeps the host's (walk_gluon_t: in the kernel they spill it).
     On an H100 (NOTES.md v39) "kernel" passed the GPU tests bit for bit, took 25-35 us of host off
     each Gluon launch at B1 x T32k (its call's total within that host's noise) and made the wide
-    walks 1-4% longer; it has not yet been captured in a CUDA graph on a GPU, so not the default.
-    The candidate rule: "kernel" for one sequence below split_walk.ONE_LAUNCH_BELOW chunks on the
-    ordered walk (not the wide one, which many value heads take at B = 1), "host" elsewhere.
+    walks 1-4% longer. In v41 it replayed correctly from CUDA graphs (the ordered and the wide walk),
+    and an A/B in both orders gave equal calls at B1 x T8k and T32k (0.332-0.335, 0.852-0.858 ms: the
+    host's time is below the GPU's there now) and no difference beyond the order's 3-5% at B8 x T4k.
+    No gain anywhere, so "host" stays the default.
 
     Otherwise (other dtypes, ``state_split=0``, ``fast_dots`` or a ``wy_dtype`` other than fp32):
     ``fast_dots`` runs the state products with operands in the input dtype (FLA's choice: faster,

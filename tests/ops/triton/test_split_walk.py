@@ -10,6 +10,7 @@ from tests.tolerances import assert_fp16_walk_close
 
 pytest.importorskip("triton")
 
+from gdn.ops.common import triton_interpreting  # noqa: E402
 from gdn.ops.triton import split_walk  # noqa: E402
 from tests.ops.triton.test_walk_gluon import HOPPER  # noqa: E402  (the Gluon walks' GPU)
 
@@ -208,6 +209,8 @@ def test_forgetting_heads_choose_the_heads_that_forget():
     assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
 
 
+@pytest.mark.skipif(not triton_interpreting(), reason="runs the recorded WY launch in Triton's interpreter on CPU "
+                    "tensors, in its order of programs (on a GPU: test_automatic_split_on_mixed_heads)")
 @pytest.mark.parametrize("wy_heads", [2, 1])
 def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     """split_heads_in="wy": the WY pass's chunk-0 programs mark the automatic split's heads (wy_kernel's
