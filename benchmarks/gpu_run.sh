@@ -26,20 +26,19 @@ case "$what" in
                 save_triton_cache
                 continue
             fi
-            if [[ "$section" == pytest ]]; then
-                # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
-                timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -q -rf --tb=short -p no:cacheprovider \
-                    --durations=15 ${GDN_PYTEST:-tests/ops/triton} 2>&1 | tee "$OUT/pytest${TAG:+-$TAG}.log"
-                continue
-            fi
-            if [[ "$section" == sweep ]]; then
-                # shellcheck disable=SC2086  # GDN_SWEEP_ARGS is a list of arguments
-                timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/knob_sweep.py --device cuda \
-                    --minutes "${GDN_SWEEP_MINUTES:-4}" ${GDN_SWEEP_ARGS:---cases 60 --knobs single} 2>&1 |
-                    tee "$OUT/sweep${TAG:+-$TAG}.log"
-                continue
-            fi
-            timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"
+            # Each section's whole output to $OUT/<section>[-TAG].log, and printed.
+            case "$section" in
+                pytest)
+                    # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
+                    timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -q -rf --tb=short \
+                        -p no:cacheprovider --durations=15 ${GDN_PYTEST:-tests/ops/triton} ;;
+                sweep)
+                    # shellcheck disable=SC2086  # GDN_SWEEP_ARGS is a list of arguments
+                    timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/knob_sweep.py --device cuda \
+                        --minutes "${GDN_SWEEP_MINUTES:-4}" ${GDN_SWEEP_ARGS:---cases 60 --knobs single} ;;
+                *)
+                    timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" ;;
+            esac 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"
         done
         exit 0 ;;
 esac
