@@ -145,6 +145,19 @@ def _invalidate(k_bars, qt_bars, v_bars, p_bars, STAGES: gl.constexpr, KS: gl.co
 
 
 @gluon.jit
+def ring_slot(c, DEPTH: gl.constexpr, T):
+    """Chunk c's slot in a ring of DEPTH slots, c % DEPTH, in a walk over T >= 0 tokens. With one slot
+    that is 0, formed anyway from c each chunk (c & (T >> 31): zero for T >= 0, which the compiler
+    cannot know): a constant slot lets LLVM hoist the ring's shared-memory descriptors out of the
+    chunks' loop, and in walk_t_kernel's split ptxas then kept them in vector registers and moved
+    them back to uniform ones before every product (~60 instructions a chunk, and a spill at 255
+    registers: benchmarks/NOTES.md v42)."""
+    if DEPTH == 1:
+        return c & (T >> 31)
+    return c % DEPTH
+
+
+@gluon.jit
 def _wait(bars, c, DEPTH: gl.constexpr):
     """Wait for chunk c's tiles in slot c % DEPTH of a ring (its (c // DEPTH)-th fill)."""
     mbarrier.wait(bars.index(c % DEPTH), (c // DEPTH) & 1)

@@ -45,7 +45,7 @@ from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
-                         first_fills, next_k, program_rows, walk_descriptors, walk_launch)
+                         first_fills, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
 
 
 @gluon.jit
@@ -165,7 +165,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
                 _checkpoint(seg_bound, b_S, b_sig, ck_live, cu_seqlens, seq_order, T_in, P, L, W, L0, H, HV, K, V,
                             BT, BV, IS_VARLEN, LONGEST_FIRST, scol_l)
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
-        st = c % STAGES
+        st = ring_slot(c, STAGES, T)
         sk = c % KS
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next

@@ -82,6 +82,26 @@ def test_one_launch_split_walk_keeps_its_loop_in_registers():
     assert merged[0] <= 1.05 * walk[0], (merged, walk)
 
 
+def test_split_walk_chunk_costs_no_more_than_the_unsplit_one():
+    """walk_t_kernel's split at B1 x T32k (the default: walk and check in one launch; "gluon t split":
+    the bounds' check) runs no more instructions a chunk (its loop without the checkpoint's branch,
+    which one chunk of all takes) than the unsplit walk ("gluon t") of the same shape, and nothing of
+    it spills. With one stage a constant ring slot let LLVM hoist the rings' descriptors out of the
+    loop; ptxas then moved them back to uniform registers before every product (1130-1134 against
+    1117 a chunk) and spilled (walk_gluon.ring_slot; benchmarks/NOTES.md v42)."""
+    run = _report("--variants", "default,gluon t split,gluon t", "--shape", "1,32768")
+    # "... walk_t_kernel (256,) 4 250 0/0 ... 1278-205/28/0 ...": spills st/ld, then the loop's
+    # instructions (minus those behind the checkpoint's branch), HGMMAs, local loads + stores.
+    walks = {variant: (st, ld, int(instr) - int(branch or 0), ldst) for variant, st, ld, instr, branch, ldst in
+             re.findall(r"^(default|gluon t split|gluon t) +walk_t_kernel +\S+ +\d+ +\d+ +(\d+)/(\d+) .* "
+                        r"(\d+)(?:-(\d+))?/\d+/(\d+) ", run.stdout, re.M)}
+    assert set(walks) == {"default", "gluon t split", "gluon t"}, run.stdout
+    unsplit = walks["gluon t"][2]
+    for variant in ("default", "gluon t split"):
+        st, ld, chunk, ldst = walks[variant]
+        assert (st, ld, ldst) == ("0", "0", "0") and chunk <= unsplit, (variant, walks[variant], unsplit)
+
+
 def test_heads_marked_by_the_wy_pass_compile():
     """split_heads_in="wy" at B1 x T32k (the automatic split): the WY pass with the heads' test
     (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no
