@@ -216,12 +216,11 @@ _LABEL = re.compile(r"^(\.L\w+):")                  # nvdisasm's branch targets
 _LABEL_TARGET = re.compile(r"`\((\.L\w+)\)")
 
 
-def sass_by_line(ptx, arch, loop_only=False):
-    """SASS instructions per source line: the PTX through ptxas -lineinfo, then nvdisasm -g, which
-    marks where each source line's instructions start (an inlined function's by its own file and
-    line). Returns {(file name, line): Counter of opcodes}. Only the instructions under a mark are
-    counted (ptxas leaves some without one). loop_only: only those of the largest loop (largest_loop
-    on this listing, whose branches name labels: one chunk of a walk, what its critical path runs)."""
+def line_listing(ptx, arch):
+    """The PTX through ptxas -lineinfo, then nvdisasm -g, which marks where each source line's
+    instructions start (an inlined function's by its own file and line). Returns (marked, labels):
+    marked [(address, opcode, text, (file name, line) or None)] for every SASS instruction in order
+    (ptxas leaves some without a mark: None), labels {branch label: address}."""
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.ptx")
         Path(src).write_text(ptx)
@@ -240,6 +239,15 @@ def sass_by_line(ptx, arch, loop_only=False):
             labels.update((name, addr) for name in pending)
             pending = []
             marked.append((addr, m.group(2), text, here))
+    return marked, labels
+
+
+def sass_by_line(ptx, arch, loop_only=False):
+    """SASS instructions per source line (line_listing's marks). Returns {(file name, line): Counter of
+    opcodes}. Only the instructions under a mark are counted. loop_only: only those of the largest
+    loop (largest_loop on this listing, whose branches name labels: one chunk of a walk, what its
+    critical path runs)."""
+    marked, labels = line_listing(ptx, arch)
     loop = (0, 1 << 62)
     if loop_only:
         loop = largest_loop([(addr, labels[t.group(1)], "@" in text.split("BRA")[0])

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: ncu --set full of one kernel of the second call of gpu_check.py's once section
-# (the first compiles), its details page and its warp stalls by SASS line (ncu_stalls.py) into $OUT.
+# (the first compiles), its details page, its warp stalls by SASS line (ncu_stalls.py) and its executed
+# instructions by source line (ncu_lines.py, from the same kernel compiled by compile_report.py) into $OUT.
 # Usage: bash benchmarks/ncu_kernel.sh TAG CONFIG BxT [KERNEL_REGEX, default _chunk_fwd_kernel]
 #   CONFIG is a name of gdn/ops/triton/configs.py ("a&b" merges). Use one with pieces=1: under ncu the
 #   kernels run one at a time, so a walk that waits on the WY pass beside it would wait forever.
@@ -19,3 +20,8 @@ ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$tag-s
 python3 benchmarks/ncu_stalls.py "$OUT/ncu-$tag-source.csv" 25 | tee "$OUT/ncu-$tag-stalls.txt"
 grep -E "Duration|Registers Per|Shared Memory Config|Executed Ipc A|Local Memory Spilling Req" \
     "$OUT/ncu-$tag-details.txt" | head -8
+# The kernel's second launch in the call, if it has two, is <kernel>.1.ptx: ncu_lines refuses a mismatch.
+asm="/tmp/asm-$tag"
+python3 benchmarks/compile_report.py --variants "$config" --shape "${shape/x/,}" --dump "$asm" > /dev/null &&
+    python3 benchmarks/ncu_lines.py "$OUT/ncu-$tag-source.csv" "$asm/${config//[^A-Za-z0-9_.+-]/_}/$kernel.ptx" --top 40 \
+        | tee "$OUT/ncu-$tag-lines.txt"

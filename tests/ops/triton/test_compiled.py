@@ -87,7 +87,7 @@ def test_split_walk_chunk_costs_no_more_than_the_unsplit_one():
     the bounds' check) runs no more instructions a chunk (its loop without the checkpoint's branch,
     which one chunk of all takes) than the unsplit walk ("gluon t") of the same shape, and nothing of
     it spills. With one stage a constant ring slot let LLVM hoist the rings' descriptors out of the
-    loop; ptxas then moved them back to uniform registers before every product (1130-1134 against
+    loop; ptxas then moved them back to uniform registers before every product (1130 against
     1117 a chunk) and spilled (walk_gluon.ring_slot; benchmarks/NOTES.md v42)."""
     run = _report("--variants", "default,gluon t split,gluon t", "--shape", "1,32768")
     # "... walk_t_kernel (256,) 4 250 0/0 ... 1278-205/28/0 ...": spills st/ld, then the loop's
