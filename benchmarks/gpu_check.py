@@ -14,7 +14,9 @@ benchmarks/snapshots.py, scripts/ab_snapshot.sh):
     GDN_CHECK_BASE       one config under every check of the correct section
     GDN_CHECK_ONLY       only the checks whose name contains one of these "|"-separated texts
     GDN_TIME_SHAPES      "BxT;varlenT/N" of the time section (GDN_TIME_DTYPE the timing sections'
-                         input dtype, default bfloat16); GDN_HOST_SHAPE "BxT" of the host section;
+                         input dtype, default bfloat16; GDN_TIME_ROUNDS its rounds, each config's
+                         fastest and slowest printed: an A/B in one run); GDN_HOST_SHAPE "BxT" of
+                         the host section;
                          GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
                          and end in one call; GDN_ONCE the once section's shape
@@ -254,32 +256,58 @@ def kernels() -> None:
                 print(kernel_line(name, grid, kernel))
 
 
+def round_orders(names, rounds):
+    """The order the configs are timed in each of the time section's rounds: as given, then reversed,
+    and so on (A B, B A, A B, ...), so that no config always runs first or right after another's."""
+    return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
+
+
 def timing() -> None:
     """Median ms of the configs (GDN_CONFIGS) at GDN_TIME_SHAPES ("BxT;BxT", default B1 x T32k and B8 x T4k),
     and after "/" the host's ms a call (Python and launches, measured while the GPU is busy): when it
-    nears the first, the launches, not the kernels, set the pace."""
+    nears the first, the launches, not the kernels, set the pace. GDN_TIME_ROUNDS=R (default 1): at
+    each shape every config runs on the same inputs, compiled first, then is timed in R rounds in
+    alternating orders (round_orders), and printed as "fastest-slowest/host" ms (an A/B in one run:
+    NOTES.md v42 had single timings 20-50% off at B1 x T32k, either config, either order)."""
     spec = os.environ.get("GDN_TIME_SHAPES", ";".join(f"{B}x{T}" for B, T in SHAPES))
     shapes = parse_shapes(spec.replace(";", ","))
-    print(f"\nconfig timing (fwd, {TIME_DTYPE}, l2norm, final state; median ms of do_bench)")
-    print(f"{'config':<22}" + "".join(f"{label:>15}" for label, *_ in shapes))
-    for cname, variant in selected_configs().items():
-        cells = []
-        for label, B, T, pieces in shapes:
+    rounds = int(os.environ.get("GDN_TIME_ROUNDS", "1"))
+    configs = selected_configs()
+    print(f"\nconfig timing (fwd, {TIME_DTYPE}, l2norm, final state; median ms of do_bench"
+          + (f", the fastest and the slowest of {rounds} rounds" if rounds > 1 else "") + ")")
+    cells = {cname: [] for cname in configs}
+    for label, B, T, pieces in shapes:
+        cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
+        inputs = timing_problem(B, T) if rounds > 1 else None        # (one round: each config its own draw)
+        ready = {}
+        for cname, variant in configs.items():
             if "P=" in cname and (B > 1 or pieces is not None):
-                cells.append(f"{'-':>15}")
+                cells[cname].append("-")
                 continue
-            cu = None if pieces is None else random_cu_seqlens(T, pieces, "cuda")
-            fn = forward_call(timing_problem(B, T), variant, cu)
+            fn = forward_call(inputs or timing_problem(B, T), variant, cu)
             try:
                 fn()
             except ValueError as e:                # a knob this shape refuses (e.g. pieces with varlen)
                 print(f"  {cname} at {label}: {e}", flush=True)
-                cells.append(f"{'n/a':>15}")
+                cells[cname].append("n/a")
                 continue
-            ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-            host_per_call = host_ms(fn, "cuda")
-            cells.append(f"{f'{ms:.3f}/{host_per_call:.2f}':>15}")
-        print(f"{cname:<22}" + "".join(cells), flush=True)
+            if rounds > 1:
+                ready[cname] = fn
+            else:
+                ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+                cells[cname].append(f"{ms:.3f}/{host_ms(fn, 'cuda'):.2f}")
+        times = {cname: [] for cname in ready}
+        for order in round_orders(list(ready), rounds if ready else 0):
+            for cname in order:
+                times[cname].append(triton.testing.do_bench(ready[cname], warmup=25, rep=100, return_mode="median"))
+        for cname, ms in times.items():
+            cells[cname].append(f"{min(ms):.3f}-{max(ms):.3f}/{host_ms(ready[cname], 'cuda'):.2f}")
+        for cname in configs:
+            print(f"  {label:>14} {cname:<22} {cells[cname][-1]}", flush=True)     # (a run cut short keeps it)
+    width = max([15] + [len(c) + 2 for row in cells.values() for c in row])
+    print(f"{'config':<22}" + "".join(f"{label:>{width}}" for label, *_ in shapes))
+    for cname, row in cells.items():
+        print(f"{cname:<22}" + "".join(f"{c:>{width}}" for c in row), flush=True)
 
 
 def host() -> None:
