@@ -20,8 +20,16 @@ ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$tag-s
 python3 benchmarks/ncu_stalls.py "$OUT/ncu-$tag-source.csv" 25 | tee "$OUT/ncu-$tag-stalls.txt"
 grep -E "Duration|Registers Per|Shared Memory Config|Executed Ipc A|Local Memory Spilling Req" \
     "$OUT/ncu-$tag-details.txt" | head -8
-# The kernel's second launch in the call, if it has two, is <kernel>.1.ptx: ncu_lines refuses a mismatch.
-asm="/tmp/asm-$tag"
-python3 benchmarks/compile_report.py --variants "$config" --shape "${shape/x/,}" --dump "$asm" > /dev/null &&
-    python3 benchmarks/ncu_lines.py "$OUT/ncu-$tag-source.csv" "$asm/${config//[^A-Za-z0-9_.+-]/_}/$kernel.ptx" --top 40 \
-        | tee "$OUT/ncu-$tag-lines.txt"
+# Executed instructions by source line: the same kernel compiled with line info (KERNEL must then be
+# the kernel's name, not a partial pattern). ncu profiled the first call's second launch of it where a
+# call launches it twice (compile_report's <kernel>.1.ptx), else the second call's; ncu_lines refuses
+# a mismatch.
+asm="/tmp/asm-$tag/${config//[^A-Za-z0-9_.+-]/_}"
+python3 benchmarks/compile_report.py --variants "$config" --shape "${shape/x/,}" --dump "/tmp/asm-$tag" > /dev/null
+ptx="$asm/$kernel.ptx"
+[[ -f "$asm/$kernel.1.ptx" ]] && ptx="$asm/$kernel.1.ptx"
+if [[ -f "$ptx" ]]; then
+    python3 benchmarks/ncu_lines.py "$OUT/ncu-$tag-source.csv" "$ptx" --top 40 | tee "$OUT/ncu-$tag-lines.txt"
+else
+    echo "no $ptx: KERNEL '$kernel' is not a kernel's name that $config launches at $shape (no lines file)"
+fi

@@ -465,7 +465,12 @@ def certified(P: int, L: int, W: int, v: torch.Tensor, g: torch.Tensor, beta: to
     certificates' outcomes stay in last_outcome (diagnostics: tests, benchmarks). Its launches read
     only the inputs, so they may run beside the WY pass."""
     global last_outcome
-    B, _, HV, V = v.shape
+    B, T, HV, V = v.shape
+    if P < 1 or L < 1 or (P - 1) * L >= cdiv(T, BT):
+        # (walk_t_kernel's SPLIT 1 and 2 take each segment's start inside the sequence: its ring slots,
+        # walk_gluon.ring_slot, and its warm-up's chunks count from there.)
+        raise ValueError(f"the bounds' check needs P >= 1 segments of L >= 1 chunks, each starting inside the "
+                         f"sequence's {cdiv(T, BT)} chunks, got P={P}, L={L}")
     err = segment_errors(v, g, beta, h0, BT, P, L, W, heads)
     warm, pub, flags, ok = split_buffers(P, B, HV, K, V, BV, v.device)
     last_outcome = ok

@@ -308,6 +308,17 @@ def test_posterior_segments():
         split_walk.posterior_segments(100, 4, 0)
 
 
+def test_bounds_check_refuses_a_segment_past_the_end():
+    """split_walk.certified (what walk_gluon_t's SPLIT 1 and 2 trust): a segment that starts past the
+    sequence's last chunk, or no segments: a ValueError before anything is formed."""
+    v = torch.zeros(1, 10 * BT, 2, 8, device=DEVICE)
+    g = beta = torch.zeros(1, 10 * BT, 2, device=DEVICE)
+    assert split_walk.certified(4, 3, 2, v, g, beta, None, 8, BT, 8).P == 4       # the last from chunk 9 of 10
+    for P, L in [(4, 4), (11, 1), (0, 4), (2, 0)]:
+        with pytest.raises(ValueError, match="the bounds' check needs"):
+            split_walk.certified(P, L, 2, v, g, beta, None, 8, BT, 8)
+
+
 def test_posterior_refuses_other_geometries():
     """split_walk.posterior (what walk_gluon_t's SPLIT 3 and 4 trust): segments that do not tile the
     sequence, a segment shorter than its warm-up, one segment, or a warm-up past the margin's
