@@ -76,7 +76,8 @@ def main(argv=None) -> int:
               "another build of the kernel; nothing joined")
         return 1
     total = sum(sum(c.values()) for c in by_line.values())
-    print(f"{len(marked)} instructions, {total} executed" + (f", {total / args.warps:.0f} a warp" if args.warps else ""))
+    per_warp = f", {total / args.warps:.0f} a warp" if args.warps else ""
+    print(f"{len(marked)} instructions, {total} executed{per_warp}")
     ranked = sorted(by_line.items(), key=lambda item: -sum(item[1].values()))
     for where, ops in ranked[:args.top]:
         n = sum(ops.values())
