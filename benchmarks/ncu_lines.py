@@ -18,20 +18,19 @@ Exit status 1 (and nothing joined) when the two listings differ.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_report import line_listing     # noqa: E402  (this script's folder)
+from ncu_stalls import count, read_page      # noqa: E402
 
 
 def executed(csv_path):
     """{offset from the kernel's first instruction: (times executed, opcode)} of ncu's source CSV
-    (a "Kernel Name" line, then the header, then one row an instruction)."""
-    rows = list(csv.reader(open(csv_path, newline="")))
-    header, data = rows[1], rows[2:]
+    (ncu_stalls.read_page's)."""
+    header, data = read_page(csv_path)
     i_addr, i_src, i_n = header.index("Address"), header.index("Source"), header.index("Instructions Executed")
     counts, base = {}, None
     for row in data:
@@ -41,7 +40,7 @@ def executed(csv_path):
         addr = int(row[i_addr], 16)
         base = addr if base is None else base
         op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-        counts[addr - base] = (int(row[i_n].replace(",", "") or 0), op)
+        counts[addr - base] = (count(row[i_n]), op)
     return counts
 
 

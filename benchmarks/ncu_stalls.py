@@ -14,9 +14,15 @@ def count(cell: str) -> int:
         return 0
 
 
+def read_page(path):
+    """(header, rows) of an ncu source page as CSV: a "Kernel Name" line, the header, then one row an
+    instruction (rows shorter than the header, if any, left out)."""
+    rows = list(csv.reader(open(path, newline="")))
+    return rows[1], [r for r in rows[2:] if len(r) >= len(rows[1])]
+
+
 def main() -> None:
-    rows = list(csv.reader(open(sys.argv[1])))
-    header, data = rows[1], [r for r in rows[2:] if len(r) >= len(rows[1])]
+    header, data = read_page(sys.argv[1])
     i_src = header.index("Source")
     i_all = header.index("Warp Stall Sampling (All Samples)")
     stalls = [(i, h) for i, h in enumerate(header) if h.startswith("stall_") and "Not Issued" not in h]
