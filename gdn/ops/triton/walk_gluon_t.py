@@ -173,9 +173,12 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
-        # Each column's largest state entry, before the products: b_S's registers read while a product
-        # with register operands runs make ptxas wait for it.
-        b_mS = gl.convert_layout(_row_max(b_S) * (1.0 / b_sig), col_l)
+        # Each column's largest state entry, before the products (b_S's registers read while a product
+        # with register operands runs make ptxas wait for it), from the fp16 copy the products take:
+        # three-input packed maxima, half of fp32's instructions (NOTES.md v43). Its rounding moves the
+        # maximum by at most 2^-11 of it, which the scales' headroom (walk_f16.bound_of) absorbs.
+        b_mS = gl.convert_layout(gl.convert_layout(_row_max(b_s16), b_sig.type.layout).to(gl.float32) * (1.0 / b_sig),
+                                 col_l)
         _wait(k_bars, c, KS)
         b_kS = warpgroup_mma(b_s16, k_s.index(sk).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         _wait(qt_bars, c, STAGES)
