@@ -102,6 +102,16 @@ def test_split_walk_chunk_costs_no_more_than_the_unsplit_one():
         assert (st, ld, ldst) == ("0", "0", "0") and chunk <= unsplit, (variant, walks[variant], unsplit)
 
 
+def test_state_row_maxima_run_on_packed_halves(tmp_path):
+    """walk_gluon_t takes each column's largest state entry from the state's fp16 copy (the one its
+    products read), which ptxas compiles to three-input packed maxima (VHMNMX: two entries an
+    instruction, against FMNMX's one on the fp32 state; the split walk's chunk 1278 -> 1250
+    instructions at B1 x T32k, benchmarks/NOTES.md v43): at K = 64 at least 8 (the fp32 maxima: none)."""
+    _report("--variants", "gluon t", "--shape", "1,140", "--heads", "1,2,64,64", "--dump", str(tmp_path))
+    sass = (tmp_path / "gluon_t" / "walk_t_kernel.sass").read_text()
+    assert len(re.findall(r"\bVHMNMX\b", sass)) >= 8
+
+
 def test_heads_marked_by_the_wy_pass_compile():
     """split_heads_in="wy" at B1 x T32k (the automatic split): the WY pass with the heads' test
     (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no
