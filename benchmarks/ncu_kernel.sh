@@ -5,6 +5,7 @@
 # Usage: bash benchmarks/ncu_kernel.sh TAG CONFIG BxT [KERNEL_REGEX, default _chunk_fwd_kernel]
 #   CONFIG is a name of gdn/ops/triton/configs.py ("a&b" merges). Use one with pieces=1: under ncu the
 #   kernels run one at a time, so a walk that waits on the WY pass beside it would wait forever.
+#   "ab:NAME/CONFIG" profiles a snapshot (scripts/ab_snapshot.sh, carry .ab): no lines file then.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
@@ -24,6 +25,11 @@ grep -E "Duration|Registers Per|Shared Memory Config|Executed Ipc A|Local Memory
 # the kernel's name, not a partial pattern). ncu profiled the first call's second launch of it where a
 # call launches it twice (compile_report's <kernel>.1.ptx), else the second call's; ncu_lines refuses
 # a mismatch.
+if [[ "$config" == ab:* ]]; then
+    # compile_report builds the working tree's gdn only: a snapshot's kernel has no listing here.
+    echo "$config is a snapshot's config (gpu_check's ab:): its duration and stalls above, no lines file"
+    exit 0
+fi
 asm="/tmp/asm-$tag/${config//[^A-Za-z0-9_.+-]/_}"
 python3 benchmarks/compile_report.py --variants "$config" --shape "${shape/x/,}" --dump "/tmp/asm-$tag" > /dev/null
 ptx="$asm/$kernel.ptx"
