@@ -216,19 +216,33 @@ _LABEL = re.compile(r"^(\.L\w+):")                  # nvdisasm's branch targets
 _LABEL_TARGET = re.compile(r"`\((\.L\w+)\)")
 
 
-def line_listing(ptx, arch):
+_ENCODING_HIGH = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")     # nvdisasm -hex: an instruction's upper 64 bits
+
+
+def decode_control(high):
+    """The scheduling controls in the upper 64 bits of a Volta-or-later SASS instruction (its bits 105
+    to 127): (stall cycles, yield, write scoreboard, read scoreboard, wait mask). A variable-latency
+    instruction (a load, a shared-memory access, a shuffle, MUFU) releases its write scoreboard once
+    its result is written and its read scoreboard once its operands are read; 7 is none. An
+    instruction whose mask has bit i waits for scoreboard i first."""
+    c = high >> 41
+    return c & 0xF, (c >> 4) & 1, (c >> 5) & 7, (c >> 8) & 7, (c >> 11) & 0x3F
+
+
+def line_listing(ptx, arch, controls=False):
     """The PTX through ptxas -lineinfo, then nvdisasm -g, which marks where each source line's
     instructions start (an inlined function's by its own file and line). Returns (marked, labels):
     marked [(address, opcode, text, (file name, line) or None)] for every SASS instruction in order
-    (ptxas leaves some without a mark: None), labels {branch label: address}."""
+    (ptxas leaves some without a mark: None), labels {branch label: address}. controls: also
+    {address: decode_control(...)} of every instruction, from the same binary (nvdisasm -hex)."""
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.ptx")
         Path(src).write_text(ptx)
         subprocess.run([str(NVIDIA_BIN / "ptxas"), "-lineinfo", f"--gpu-name={arch}", src, "-o", src + ".o"],
                        capture_output=True, check=True)
-        listing = subprocess.run([str(NVIDIA_BIN / "nvdisasm"), "-g", "-c", src + ".o"], capture_output=True,
-                                 text=True).stdout
-    marked, labels, pending, here = [], {}, [], None
+        listing = subprocess.run([str(NVIDIA_BIN / "nvdisasm"), "-g", "-c", *(["-hex"] if controls else []),
+                                  src + ".o"], capture_output=True, text=True).stdout
+    marked, labels, pending, here, control = [], {}, [], None, {}
     for text in listing.splitlines():
         if (mark := _LINE_MARK.search(text)):
             here = (Path(mark.group(1)).name, int(mark.group(2)))
@@ -239,7 +253,9 @@ def line_listing(ptx, arch):
             labels.update((name, addr) for name in pending)
             pending = []
             marked.append((addr, m.group(2), text, here))
-    return marked, labels
+        elif controls and marked and (high := _ENCODING_HIGH.match(text)):
+            control[marked[-1][0]] = decode_control(int(high.group(1), 16))
+    return (marked, labels, control) if controls else (marked, labels)
 
 
 def sass_by_line(ptx, arch, loop_only=False):

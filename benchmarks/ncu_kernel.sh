@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine: ncu --set full of one kernel of the second call of gpu_check.py's once section
-# (the first compiles), its details page, its warp stalls by SASS line (ncu_stalls.py) and its executed
-# instructions by source line (ncu_lines.py, from the same kernel compiled by compile_report.py) into $OUT.
+# (the first compiles), its details page, its warp stalls by SASS line (ncu_stalls.py), its executed
+# instructions by source line (ncu_lines.py, from the same kernel compiled by compile_report.py) and
+# what its most stalled instructions wait for (ncu_waits.py: the scoreboards and who set them) into $OUT.
 # Usage: bash benchmarks/ncu_kernel.sh TAG CONFIG BxT [KERNEL_REGEX, default _chunk_fwd_kernel]
 #   CONFIG is a name of gdn/ops/triton/configs.py ("a&b" merges). Use one with pieces=1: under ncu the
 #   kernels run one at a time, so a walk that waits on the WY pass beside it would wait forever.
-#   "ab:NAME/CONFIG" profiles a snapshot (scripts/ab_snapshot.sh, carry .ab): no lines file then.
+#   "ab:NAME/CONFIG" profiles a snapshot (scripts/ab_snapshot.sh, carry .ab): no lines or waits file then.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
@@ -27,7 +28,7 @@ grep -E "Duration|Registers Per|Shared Memory Config|Executed Ipc A|Local Memory
 # a mismatch.
 if [[ "$config" == ab:* ]]; then
     # compile_report builds the working tree's gdn only: a snapshot's kernel has no listing here.
-    echo "$config is a snapshot's config (gpu_check's ab:): its duration and stalls above, no lines file"
+    echo "$config is a snapshot's config (gpu_check's ab:): its duration and stalls above, no lines or waits file"
     exit 0
 fi
 asm="/tmp/asm-$tag/${config//[^A-Za-z0-9_.+-]/_}"
@@ -36,6 +37,8 @@ ptx="$asm/$kernel.ptx"
 [[ -f "$asm/$kernel.1.ptx" ]] && ptx="$asm/$kernel.1.ptx"
 if [[ -f "$ptx" ]]; then
     python3 benchmarks/ncu_lines.py "$OUT/ncu-$tag-source.csv" "$ptx" --top 40 | tee "$OUT/ncu-$tag-lines.txt"
+    python3 benchmarks/ncu_waits.py "$OUT/ncu-$tag-source.csv" "$ptx" --top 15 > "$OUT/ncu-$tag-waits.txt"
+    head -20 "$OUT/ncu-$tag-waits.txt"
 else
     echo "no $ptx: KERNEL '$kernel' is not a kernel's name that $config launches at $shape (no lines file)"
 fi

@@ -24,24 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_report import line_listing     # noqa: E402  (this script's folder)
-from ncu_stalls import count, read_page      # noqa: E402
+from ncu_stalls import count, instructions   # noqa: E402
 
 
 def executed(csv_path):
     """{offset from the kernel's first instruction: (times executed, opcode)} of ncu's source CSV
-    (ncu_stalls.read_page's)."""
-    header, data = read_page(csv_path)
-    i_addr, i_src, i_n = header.index("Address"), header.index("Source"), header.index("Instructions Executed")
-    counts, base = {}, None
-    for row in data:
-        words = row[i_src].split()
-        if not words:
-            continue
-        addr = int(row[i_addr], 16)
-        base = addr if base is None else base
-        op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-        counts[addr - base] = (count(row[i_n]), op)
-    return counts
+    (ncu_stalls.instructions')."""
+    header, rows = instructions(csv_path)
+    i_n = header.index("Instructions Executed")
+    return {offset: (count(row[i_n]), op) for offset, op, row in rows}
 
 
 def join(counts, marked):

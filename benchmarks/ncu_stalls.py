@@ -21,6 +21,22 @@ def read_page(path):
     return rows[1], [r for r in rows[2:] if len(r) >= len(rows[1])]
 
 
+def instructions(path):
+    """(header, [(offset from the kernel's first instruction, opcode, row)]) of an ncu source page
+    (read_page's), one entry an instruction with its predicate left off the opcode."""
+    header, data = read_page(path)
+    i_addr, i_src = header.index("Address"), header.index("Source")
+    out, base = [], None
+    for row in data:
+        words = row[i_src].split()
+        if not words:
+            continue
+        addr = int(row[i_addr], 16)
+        base = addr if base is None else base
+        out.append((addr - base, words[1] if words[0].startswith("@") and len(words) > 1 else words[0], row))
+    return header, out
+
+
 def main() -> None:
     header, data = read_page(sys.argv[1])
     i_src = header.index("Source")

@@ -5,16 +5,13 @@ processes of their own: compile_report must compile for real, where this suite s
 TRITON_INTERPRET."""
 import csv
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.compiled import BENCH, run_compiling as _run, wy_ptx as compile_wy
+
 pytest.importorskip("triton")
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 # Writes an ncu-like source page for the PTX at argv[1] into argv[2] (at an address ncu would show,
 # some instructions predicated, counts 0-3), and prints each source line's executed total as JSON.
@@ -38,19 +35,10 @@ print(json.dumps(totals))
 """
 
 
-def _run(*args):
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def wy_ptx(tmp_path_factory):
     """The WY pass's PTX at a small shape (compile_report --dump)."""
-    out = tmp_path_factory.mktemp("asm")
-    run = _run(str(BENCH / "compile_report.py"), "--variants", "default", "--shape", "1,140", "--heads", "1,2,32,32",
-               "--dump", str(out))
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    return out / "default" / "wy_kernel.ptx"
+    return compile_wy(tmp_path_factory.mktemp("asm"))
 
 
 def test_counts_are_summed_by_source_line(wy_ptx, tmp_path):
