@@ -42,6 +42,17 @@ def row_vec(base, row0, i_head, NH: tl.constexpr, o_t):
 
 
 @triton.jit
+def decay_ptrs(base, row0, o, i_hv, HV: tl.constexpr, n_rows, BY_HEAD: tl.constexpr = False):
+    """Pointers to tokens row0 + o (o: an offset or a vector of them), value head i_hv of the cumulative
+    log-decays G that the WY pass stores: [tokens, HV] (row_vec's pointers), or BY_HEAD [HV, n_rows]
+    (n_rows: the tokens of all sequences), a head's tokens contiguous, so that a chunk's BT values of
+    one head are BT x 4 bytes in a row instead of one a cache line (plan_forward's decays_layout)."""
+    if BY_HEAD:
+        return base + (i_hv.to(tl.int64) * n_rows + row0) + o
+    return base + (row0 * HV + i_hv) + o * HV
+
+
+@triton.jit
 def rows_desc(base, tok0, i_head, T_seq, NH: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
     """TMA descriptor of one sequence's tokens (tok0, T_seq tokens), head i_head, of a [tokens, NH, D]
     tensor, in [BT, BD] blocks: rows past T_seq and columns past D read as zeros and are not stored.

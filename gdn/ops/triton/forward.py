@@ -102,7 +102,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         u = torch.empty(B, T, HV, V, dtype=torch.float32 if p.state_split > 0 else p.wy_dtype, device=q.device)
     Gc = attn = attn2 = dummy
     if p.attn_in:
-        Gc = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
+        # [tokens, HV], or one head's tokens contiguous (decays_layout="heads": addressing.decay_ptrs).
+        Gc = torch.empty(*((HV, B * T) if p.decays_by_head else (B, T, HV)), dtype=torch.float32, device=q.device)
         if p.f16:
             attn = attn2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
         else:
@@ -132,7 +133,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         launch(wy_kernel, (slots * (HV // p.wy_heads),),
             q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
-            slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)), forget_ln, SIGNAL=done is not None,
+            slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)), forget_ln, B * T,
+            SIGNAL=done is not None,
             FEED=feed is not None,
             GROUP=flag_group if done is not None else 1,
             BV=max(16, next_pow2(V)), BLOCK=p.BLOCK, LOG_BLOCKS=(BT // p.BLOCK).bit_length() - 1,
@@ -140,7 +142,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
             FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
-            FORGET_BLOCK=forget_block, **p.common, **_maxnreg(p.wy_maxnreg))
+            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, **p.common, **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one
@@ -166,14 +168,14 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
                        flag_group if done is not None else 1, skip_heads, walk_descs, skip_late,
-                       descs_in_kernel=descs_in_kernel)
+                       descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -277,7 +279,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
                          split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
         return o, ht
 
     if p.pieces > 1:

@@ -125,6 +125,7 @@ class Plan:
     split_launches: int           # the posterior check's launches: 2 (walk, check) or 1 (both)
     split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
     walk_descriptors: str         # the Gluon walks' TMA descriptors: "host" or "kernel"
+    decays_by_head: bool          # G stored [HV, tokens] (decays_layout="heads")
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -177,7 +178,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  pieces=None, fused=True, overlap="flags", flag_group=None, walk_loads="dots", walk_tma=None,
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
-                 split_launches=None, split_heads_in="kernel", walk_descriptors="host") -> Plan | None:
+                 split_launches=None, split_heads_in="kernel", walk_descriptors="host",
+                 decays_layout="tokens") -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -341,10 +343,15 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     head's fp16 inverse unconditionally, the fallback for the heads that need it after all of them,
     so that no branch parts the heads' products (gdn.ops.triton.wy.wy_split_factors' FALLBACK_AFTER).
     Default: "after" where it applies with two heads or more a program (v28 on an H200: the WY pass
-    1.4-1.8% faster), else "inline".
+    1.4-1.8% faster), else "inline". ``decays_layout``: how the WY pass stores the cumulative
+    log-decays G for the Gluon walks, "tokens" ([tokens, HV], the default) or "heads" ([HV, tokens]:
+    a chunk's 64 values of one head in 256 contiguous bytes instead of 64 cache lines, whose loads
+    the split walk waits out each chunk: NOTES.md v43; not yet timed on a GPU).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
+    if decays_layout not in ("tokens", "heads"):
+        raise ValueError(f"decays_layout must be 'tokens' or 'heads', got {decays_layout!r}")
     if walk not in (None, "triton", "gluon", "gluon_t"):
         raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_t', got {walk!r}")
     if chunk_size not in (16, 32, 64):
@@ -568,6 +575,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                              "kernels have no interpreter")
         if not gluon_flags or forced_split:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
+    if decays_layout == "heads" and walk not in ("gluon", "gluon_t"):
+        raise ValueError(f"decays_layout='heads' takes the Gluon walks (walk='gluon' or 'gluon_t', an sm_90 GPU), "
+                         f"got walk={walk!r}")
     if split_warmup is not None and not _is_int(split_warmup, 1):
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_beside and not forced_split:
@@ -623,4 +633,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
-                walk_descriptors=walk_descriptors, common=common)
+                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads", common=common)

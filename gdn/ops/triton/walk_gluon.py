@@ -36,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .addressing import decay_ptrs
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
 from .launch import ensure_allocator, launch
@@ -199,25 +200,35 @@ def next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H: gl.constexpr, 
 
 
 @gluon.jit
-def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t, TOKENS: gl.constexpr = False):
+def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t, TOKENS: gl.constexpr = False,
+                  g_rows=0, BY_HEAD: gl.constexpr = False):
     """The cumulative log-decays G [BT] of the chunk from token t0 (rows past T take G_last), its last
     token's G_last and its first's G_0; zeros for a chunk past the end (the loads ahead of the last).
     G comes in o_t's layout, where each thread holds the tokens of its accumulator columns (16 of them
     in walk_gluon_t: 16 loads, each with its 64-bit address). TOKENS: G in a layout of one token a
     thread instead (one load each; with four warps over BT = 64 tokens, warps 2-3 hold warps 0-1's
     tokens again), for walk_gluon_t, which forms the decays there and moves them to the columns
-    (NOTES.md v33, v36)."""
+    (NOTES.md v33, v36). BY_HEAD: Gc is [HV, g_rows] (addressing.decay_ptrs), so the chunk's values
+    are BT x 4 contiguous bytes rather than one cache line a token."""
     row0 = (row_base + t0).to(gl.int64)
     live = t0 < T
-    b_G_last = gl.load(Gc + (row0 + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * HV + i_hv, mask=live, other=0.0)
+    # Token row0 + j of head i_hv at base + (first + j) * STRIDE + head.
+    if BY_HEAD:
+        base, first, head = decay_ptrs(Gc, row0, 0, i_hv, HV, g_rows, True), 0, 0
+        STRIDE: gl.constexpr = 1
+    else:
+        base, first, head = Gc, row0, i_hv
+        STRIDE: gl.constexpr = HV
+    b_G_last = gl.load(base + (first + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * STRIDE + head, mask=live,
+                       other=0.0)
     if TOKENS:
         o_tok = gl.arange(0, BT, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
         m_tok = (t0 + o_tok) < T
-        b_G = gl.where(m_tok, gl.load(Gc + (row0 + o_tok) * HV + i_hv, mask=m_tok, other=0.0), b_G_last)
+        b_G = gl.where(m_tok, gl.load(base + (first + o_tok) * STRIDE + head, mask=m_tok, other=0.0), b_G_last)
     else:
         m_t = (t0 + o_t) < T
-        b_G = gl.where(m_t, gl.load(Gc + (row0 + o_t) * HV + i_hv, mask=m_t, other=0.0), b_G_last)
-    b_G0 = gl.load(Gc + row0 * HV + i_hv, mask=live, other=0.0)
+        b_G = gl.where(m_t, gl.load(base + (first + o_t) * STRIDE + head, mask=m_t, other=0.0), b_G_last)
+    b_G0 = gl.load(base + first * STRIDE + head, mask=live, other=0.0)
     return b_G, b_G_last, b_G0
 
 
@@ -270,11 +281,12 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                       GROUP: gl.constexpr, SKIP: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks
-    [BT, BT] (wy_kernel's F16 stores). Gc [tokens, HV] fp32 (the cumulative log-decays); o [tokens, HV,
+    [BT, BT] (wy_kernel's F16 stores). Gc [tokens, HV] fp32 (the cumulative log-decays; G_BY_HEAD:
+    [HV, rows], addressing.decay_ptrs); o [tokens, HV,
     V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Tokens: B x T, sequence n from
     token n T; IS_VARLEN: packed, sequence n from cu_seqlens[n] to cu_seqlens[n + 1], and with
     LONGEST_FIRST program row n walks sequence seq_order[n]. Grid: (V / BV x N x HV,).
@@ -338,7 +350,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                           KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, False, rows, G_BY_HEAD)
     for c in range(0, NT):
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
@@ -346,7 +358,8 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         row0 = (row_base + c * BT).to(gl.int64)
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t)
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, False,
+                                                           rows, G_BY_HEAD)
 
         s_s.store(b_S.to(gl.float16))
         fence_async_shared()
@@ -453,11 +466,12 @@ def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, B
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
                cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
-               descs_in_kernel=False):
+               descs_in_kernel=False, decays_by_head=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
-    fp16; Gc [B, T, HV] fp32; h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed
-    sequences) and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV]
-    int32, the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
+    fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]); h0, ht [N, HV, K, V] fp32 or None;
+    cu_seqlens [N + 1] (B = 1: packed sequences) and seq_order [N] int32 (the order in which to walk
+    them) or None; done [B, groups, HV] int32, the WY pass's counts of each group of ``group`` chunks
+    to wait for (dense only), or None.
     skip [N x HV] int32 or None: heads whose programs return (nonzero; walk_gluon_kernel's SKIP: at
     once, or with skip_late, where the WY pass marks them, once its first counts are in, SKIP = 2); descs_in_kernel:
     the kernel makes its TMA descriptors (walk_launch);
@@ -477,5 +491,5 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
-        SKIP=0 if skip is None else 2 if skip_late else 1, **flags, num_warps=num_warps,
+        SKIP=0 if skip is None else 2 if skip_late else 1, G_BY_HEAD=decays_by_head, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -146,7 +146,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False):
+            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -170,7 +170,8 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_Gsum += b_G_last
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True)
+        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True,
+                                                           g_rows, G_BY_HEAD)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
         # Each column's largest state entry, before the products (b_S's registers read while a product
@@ -259,7 +260,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                   GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T: _walk_t's
     phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
     3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
@@ -274,7 +275,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
             seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,
             STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
-            DESCS_IN_KERNEL, num_warps)
+            DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
@@ -282,7 +283,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
                 fresh_int(L), fresh_int(W), fresh_int(L0), rows, H, HV, K, V, BT,
                 BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
-                DESCS_IN_KERNEL, num_warps)
+                DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
 
 
 @gluon.jit
@@ -293,7 +294,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
             LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
             GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-            WARPS: gl.constexpr):
+            WARPS: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -416,7 +417,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
                 p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
         b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, True)
+    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, True, rows, G_BY_HEAD)
     b_Gsum0 = gl.zeros([], gl.float32)                # _chunks' running sum of log-decays starts at 0
     if SPLIT >= 3:
         if SPLIT == 3:
@@ -426,7 +427,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l)
+                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -437,13 +438,13 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l)
+            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -498,7 +499,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
                  done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
-                 descs_in_kernel=False):
+                 descs_in_kernel=False, decays_by_head=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -508,7 +509,8 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     split_heads [N x HV] int32 or None: only the heads it marks nonzero (walk_t_kernel's CHOSEN; with
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
     shared_descriptors of these tensors, or None (made here); descs_in_kernel: the kernel makes its
-    descriptors, o's too (walk_gluon.walk_launch), without a split only. The launcher
+    descriptors, o's too (walk_gluon.walk_launch), without a split only; decays_by_head: Gc is
+    [HV, B x T] (walk_gluon.walk_gluon's). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
@@ -542,5 +544,5 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         launch(walk_t_kernel, (P * (V // BV) * N * HV,),
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, B * T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None,
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, G_BY_HEAD=decays_by_head,
             **flags, num_warps=4)

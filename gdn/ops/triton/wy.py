@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ..common import triton_interpreting
-from .addressing import row_offsets, row_offsets_t, row_tile, row_vec
+from .addressing import decay_ptrs, row_offsets, row_offsets_t, row_tile, row_vec
 from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square
 from .decay import chunk_decay
 from .inverse import f16_out_of_range, inverse_f16, unit_lower_inverse, unit_lower_inverse_blocks
@@ -143,18 +143,18 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
                      F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
-                     FALLBACK_AFTER: tl.constexpr = False):
+                     FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
     and T's products with k and v are NSPLIT bf16 products (split_dot), BC columns of w and u at a
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
-    STORE_ATTN: also the cumulative log-decays G [tokens, HV] and the chunk's output attention
-    (store_attention). STORE_T: instead of w and u, T diag(beta) [BT, BT] as two bf16 parts at t_out,
-    t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk then forms
-    U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass neither
-    reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
+    STORE_ATTN: also the cumulative log-decays G [tokens, HV] (G_BY_HEAD: [HV, g_rows]) and the
+    chunk's output attention (store_attention). STORE_T: instead of w and u, T diag(beta) [BT, BT] as
+    two bf16 parts at t_out, t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk
+    then forms U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass
+    neither reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
     [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
@@ -217,7 +217,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_beta = head_column(b_beta_all, j, HEADS)
         b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT, TR)
         if STORE_ATTN:
-            tl.store(row_vec(G_out, row0, i_hvj, HV, o_t), b_G, mask=m_t)
+            tl.store(decay_ptrs(G_out, row0, o_t, i_hvj, HV, g_rows, G_BY_HEAD), b_G, mask=m_t)
             store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
         b_A = chunk_A(b_kkn, b_beta, b_D, BT, TR)
         wide = 0
@@ -371,11 +371,11 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P
 
 
 @triton.jit(do_not_specialize=["NT", "C0", "FEED_P", "FEED_L", "FEED_W", "FORGET_P", "FORGET_L", "FORGET_W",
-                               "FORGET_L0"])   # one compiled kernel for all bounds
+                               "FORGET_L0", "g_rows"])   # one compiled kernel for all bounds
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
     qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L, FEED_W,
-    heads, FORGET_P, FORGET_L, FORGET_W, FORGET_L0, forget_ln,
+    heads, FORGET_P, FORGET_L, FORGET_W, FORGET_L0, forget_ln, g_rows,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr, USE_L2NORM: tl.constexpr,
@@ -384,7 +384,7 @@ def wy_kernel(
     STORE_ATTN: tl.constexpr = False, STORE_T: tl.constexpr = False, SIGNAL: tl.constexpr = False,
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
     HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
-    FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64,
+    FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64, G_BY_HEAD: tl.constexpr = False,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -397,7 +397,8 @@ def wy_kernel(
     factors of q and k [tokens, HV] at rq_out, rk_out, so that the state walk needs no fp32 tiles.
     STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
     [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
-    log-decays G at G_out [tokens, HV], so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
+    log-decays G at G_out [tokens, HV] (G_BY_HEAD: [HV, g_rows], g_rows the tokens of all sequences;
+    addressing.decay_ptrs), so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
     (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
@@ -435,7 +436,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, FALLBACK_AFTER)
+                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD)
         if SIGNAL:
             # The chunk's place is found again from the program id read anew, so that nothing of it
             # stays live through the pass (kept, it made ptxas spill more).

@@ -112,6 +112,19 @@ def test_state_row_maxima_run_on_packed_halves(tmp_path):
     assert len(re.findall(r"\bVHMNMX\b", sass)) >= 8
 
 
+def test_decays_stored_by_head_compile_without_spills():
+    """decays_layout="heads" at B1 x T32k (the ordered walk and the automatic split's walk_t_kernel,
+    both reading G a head's tokens contiguous): no spilled register in either walk, no read of an
+    unwritten uniform register, and no more instructions a chunk than the default's walks."""
+    run = _report("--variants", "default,decays by head", "--shape", "1,32768", "--check")
+    loops = {(variant, kernel): (st, ld, int(instr)) for variant, kernel, st, ld, instr in
+             re.findall(r"^(default|decays by head) +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) .* (\d+)(?:-\d+)?/\d+/\d+ ",
+                        run.stdout, re.M)}
+    for kernel in ("walk_gluon_kernel", "walk_t_kernel"):
+        st, ld, chunk = loops["decays by head", kernel]
+        assert (st, ld) == ("0", "0") and chunk <= loops["default", kernel][2], (kernel, loops)
+
+
 def test_heads_marked_by_the_wy_pass_compile():
     """split_heads_in="wy" at B1 x T32k (the automatic split): the WY pass with the heads' test
     (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no

@@ -91,3 +91,37 @@ def test_transposed_inverse_stores_the_untransposed_tiles(monkeypatch):
     assert_close(p_t, p, rtol=2e-3, name="P")
     assert_close(transposed[0], plain[0], rtol=5e-3, name="o")
     assert_close(transposed[1], plain[1], rtol=2e-3, name="S")
+
+
+@pytest.mark.parametrize("B, T, packed", [(2, 100, False), (1, 230, True)])
+def test_decays_stored_by_head_are_the_same_values(monkeypatch, B, T, packed):
+    """G_BY_HEAD (decays_layout="heads", the Gluon walks'): each launch of the WY pass is run again
+    with G stored [HV, tokens] into a NaN-filled buffer; every value equals the [tokens, HV] store's,
+    bit for bit, dense (B = 2) and packed (three sequences, chunks across their ends). The knob itself
+    takes the Gluon walks, which the interpreter does not run: refused here by name."""
+    import inspect
+    import gdn.ops.triton.forward as forward
+    from gdn.ops.triton.wy import wy_kernel
+    HV = 4
+    q, k, v, g, beta, _ = random_inputs(B, T, 2, HV, 32, 32, dtype=torch.bfloat16, seed=3, device=DEVICE)
+    cu = torch.tensor([0, 70, 71, T], device=DEVICE) if packed else None
+    names = list(inspect.signature(wy_kernel.fn).parameters)
+    i_G, i_rows = names.index("G_out"), names.index("g_rows")
+    pairs = []
+
+    def again(grid, args, kw):
+        G_tokens = args[i_G].clone()
+        G_heads = torch.full((HV, B * T), float("nan"), device=DEVICE)
+        args = list(args)
+        args[i_G], args[i_rows] = G_heads, B * T
+        wy_kernel[grid](*args, **dict(kw, G_BY_HEAD=True))
+        pairs.append((G_tokens, G_heads))
+
+    spy_launches(monkeypatch, "wy_kernel", again)
+    forward.triton_forward(q, k, v, g, beta, scale=0.2, use_qk_l2norm=True, cu_seqlens=cu)
+    assert pairs
+    for G_tokens, G_heads in pairs:
+        assert not torch.isnan(G_heads).any()
+        assert torch.equal(G_heads, G_tokens.reshape(B * T, HV).T)
+    with pytest.raises(ValueError, match="decays_layout='heads' takes the Gluon walks"):
+        forward.triton_forward(q, k, v, g, beta, scale=0.2, use_qk_l2norm=True, cu_seqlens=cu, decays_layout="heads")
