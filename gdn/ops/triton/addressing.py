@@ -49,7 +49,7 @@ def decay_ptrs(base, row0, o, i_hv, HV: tl.constexpr, n_rows, BY_HEAD: tl.conste
     one head are BT x 4 bytes in a row instead of one a cache line (plan_forward's decays_layout)."""
     if BY_HEAD:
         return base + (i_hv.to(tl.int64) * n_rows + row0) + o
-    return base + (row0 * HV + i_hv) + o * HV
+    return row_vec(base, row0, i_hv, HV, o)
 
 
 @triton.jit

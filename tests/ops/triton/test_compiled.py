@@ -4,23 +4,20 @@ shared-memory base of the WY pass's wgmma at chunk 64 and K < 64, which gave wro
 with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles and scans; it runs in a
 process of its own, because it must compile for real where this suite sets TRITON_INTERPRET. Also
 its --launches listing (no compiling) and its per-line counts."""
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.compiled import BENCH, run_compiling
+
 pytest.importorskip("triton")
-REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "compile_report.py"
+REPORT = BENCH / "compile_report.py"
 
 
 def _report(*args):
     """compile_report.py with these arguments, in a process of its own without TRITON_INTERPRET (it
     compiles for real); fails the test unless it exits 0. Returns its completed process."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(REPORT), *args], capture_output=True, text=True, env=env, timeout=600)
+    run = run_compiling(str(REPORT), *args)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run
 
