@@ -39,7 +39,7 @@ CONFIGS = {
     "wy maxnreg 128": dict(wy_maxnreg=128),           # four (two beside a walk program): slower (v8)
     "wy product": dict(inverse="product"),
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
-    "decays by head": dict(decays_layout="heads"),   # G stored [HV, tokens]: the Gluon walks' loads contiguous
+    "decays by token": dict(decays_layout="tokens"),  # G stored [tokens, HV] for the Gluon walks too (before v44)
     "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "wy substitution": dict(inverse="substitution"),

@@ -74,7 +74,7 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(walk_descriptors="device"), "walk_descriptors must be 'host' or 'kernel'"),
     (dict(split_heads_in="wy", split_check="bounds"), "split_heads_in='wy' takes split_check='posterior'"),
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
-    (dict(decays_layout="rows"), "decays_layout must be 'tokens' or 'heads'"),
+    (dict(decays_layout="rows"), "decays_layout must be None, 'tokens' or 'heads'"),
     (dict(decays_layout="heads", walk="triton"), "decays_layout='heads' takes the Gluon walks"),
 ])
 def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):

@@ -334,8 +334,9 @@ def test_rows_descriptor_is_triton_s(shape, block, dtype):
     (1, 32768, 16, 32, None, {}),                        # the default at B = 1: ordered walk and split
 ])
 def test_decays_stored_by_head_give_the_same_bits(B, T, H, HV, cu, kw):
-    """decays_layout="heads" (the WY pass stores G [HV, tokens], the Gluon walks read it so): o and S
-    bit for bit as the default's [tokens, HV], every output row written (NaN-poisoned). At B = 1 the
+    """decays_layout="heads" (the default with the Gluon walks: the WY pass stores G [HV, tokens], the
+    walks read it so): o and S bit for bit as with "tokens" ([tokens, HV]), every output row written
+    (NaN-poisoned). At B = 1 the
     walks are Gluon's with Qwen3-Next's heads (16 q/k, 32 value; with 4 heads the Triton walk's
     segments would take B = 1, and the knob refuses them)."""
     from gdn.ops.triton import triton_forward
@@ -343,7 +344,7 @@ def test_decays_stored_by_head_give_the_same_bits(B, T, H, HV, cu, kw):
                                          seed=T, device="cuda")
     call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, **kw,
                 cu_seqlens=None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda"))
-    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call)
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), decays_layout="tokens", **call)
     o_h, S_h = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), decays_layout="heads", **call)
     assert not torch.isnan(o_h).any()
     assert torch.equal(o, o_h) and torch.equal(S, S_h)
