@@ -327,24 +327,25 @@ def test_rows_descriptor_is_triton_s(shape, block, dtype):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("knob", [dict(decays_layout="tokens")], ids=["decays"])
 @pytest.mark.parametrize("B, T, H, HV, cu, kw", [
     (2, 300, 2, 4, None, _walk("gluon_t")),              # the wide walk, a partial last chunk (MASK_ROWS)
     (1, 20000, 16, 32, None, dict(walk="gluon")),        # the ordered walk beside the WY pass (its counts)
     (1, 600, 2, 4, [0, 70, 71, 600], _walk("gluon_t")),  # packed sequences
     (1, 32768, 16, 32, None, {}),                        # the default at B = 1: ordered walk and split
 ])
-def test_decays_stored_by_head_give_the_same_bits(B, T, H, HV, cu, kw):
-    """decays_layout="heads" (the default with the Gluon walks: the WY pass stores G [HV, tokens], the
-    walks read it so): o and S bit for bit as with "tokens" ([tokens, HV]), every output row written
-    (NaN-poisoned). At B = 1 the
+def test_layout_knobs_give_the_same_bits(B, T, H, HV, cu, kw, knob):
+    """Knobs that move data, not arithmetic, against the default, bit for bit in o and S, every output
+    row written (NaN-poisoned): decays_layout="tokens" (the WY pass stores G [tokens, HV]; the
+    default with the Gluon walks, "heads", stores [HV, tokens]). At B = 1 the
     walks are Gluon's with Qwen3-Next's heads (16 q/k, 32 value; with 4 heads the Triton walk's
-    segments would take B = 1, and the knob refuses them)."""
+    segments would take B = 1, which "heads" refuses)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = random_inputs(B, T, H, HV, 128, 128, dtype=torch.bfloat16, initial_state=cu is None,
                                          seed=T, device="cuda")
     call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=True, **kw,
                 cu_seqlens=None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda"))
-    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), decays_layout="tokens", **call)
-    o_h, S_h = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), decays_layout="heads", **call)
-    assert not torch.isnan(o_h).any()
-    assert torch.equal(o, o_h) and torch.equal(S, S_h)
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call)
+    o_k, S_k = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **knob, **call)
+    assert not torch.isnan(o).any() and not torch.isnan(o_k).any()
+    assert torch.equal(o, o_k) and torch.equal(S, S_k)
