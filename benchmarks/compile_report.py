@@ -43,6 +43,7 @@ import torch
 import triton
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import CUDAOptions
 from triton.compiler import ASTSource, make_backend
 from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -130,7 +131,9 @@ def compile_launch(fn, args, kw, target):
     """triton.compile the kernel as JITFunction.run would specialise it for these arguments."""
     backend = make_backend(target)
     sig = inspect.signature(fn.fn)
-    options = {name: kw[name] for name in kw if name not in sig.parameters}
+    # (As JITFunction.run: a compile option that is also a kernel's parameter, num_warps in the Gluon
+    # walks, is both.)
+    options = {name: kw[name] for name in kw if name not in sig.parameters or name in CUDAOptions.__dataclass_fields__}
     bound = sig.bind(*args, **{name: val for name, val in kw.items() if name in sig.parameters})
     bound.apply_defaults()
     signature, constexprs, attrs = {}, {}, {}
