@@ -167,8 +167,10 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 @gluon.jit
 def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp,
                 k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr,
-                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
-    """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
+                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr,
+                P_LOADS: gl.constexpr = True):
+    """The rings' first fills (chunks 0 .. STAGES - 1 of every kind; P's only with P_LOADS), with WAIT
+    once the WY pass has
     counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
     head: wy_kernel's SIGNAL). The walk's chunks start at the sequence's group g_first (a split
     segment's; else 0), on a group's boundary, and its last group is the sequence's last or a whole
@@ -183,7 +185,8 @@ def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v,
         _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
-        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        if P_LOADS:
+            _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
     return p_count
 
 

@@ -139,3 +139,15 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
     run = _report("--variants", "descs in kernel", "--shape", shape, "--check", *(["--packed", packed] if packed else []))
     walks = re.findall(r"^descs in kernel +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M)
     assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout
+
+
+def test_p_formed_in_the_walk_compiles():
+    """walk_forms_p=True (opt-in, not yet timed) at B8 x T4k: walk_t_kernel's loop has the P product's 8
+    more warpgroup MMA instructions a chunk (q k^T, K = 128 in steps of 16) than the default's, which
+    loads the stored P instead; a spill of at most a few registers (NOTES.md v44: 8 bytes)."""
+    run = _report("--variants", "default,p in walk", "--shape", "8,4096")
+    loops = {variant: (int(st), int(hgmma)) for variant, st, hgmma in
+             re.findall(r"^(default|p in walk) +walk_t_kernel +\S+ +\d+ +\d+ +(\d+)/\d+ .* \d+(?:-\d+)?/(\d+)/\d+ ",
+                        run.stdout, re.M)}
+    assert loops["p in walk"][1] == loops["default"][1] + 8, loops
+    assert loops["p in walk"][0] <= 16, loops
