@@ -351,7 +351,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``walk_forms_p``
     (opt-in, not yet run on a GPU): walk_t_kernel (walk="gluon_t", and the split's segments) forms
     the output attention P = scale (q k^T) * e^{G_i - G_j} from the q and k tiles it holds anyway,
-    instead of loading the WY pass's (which still stores it: the measurement comes first).
+    instead of loading the WY pass's; with walk="gluon_t" (the wide walk, the forced split: walk_t_kernel
+    alone) the WY pass then neither forms q k^T nor stores P; with walk="gluon" (B = 1: the ordered
+    walk takes the heads the automatic split leaves) it still does.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")

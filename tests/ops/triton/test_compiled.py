@@ -144,8 +144,11 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
 def test_p_formed_in_the_walk_compiles():
     """walk_forms_p=True (opt-in, not yet timed) at B8 x T4k: walk_t_kernel's loop has the P product's 8
     more warpgroup MMA instructions a chunk (q k^T, K = 128 in steps of 16) than the default's, which
-    loads the stored P instead; a spill of at most a few registers (NOTES.md v44: 8 bytes)."""
+    loads the stored P instead; a spill of at most a few registers (NOTES.md v44: 8 bytes); and the WY
+    pass (STORE_P False: the wide walk is walk_t_kernel alone) 8 warpgroup MMAs fewer (no q k^T)."""
     run = _report("--variants", "default,p in walk", "--shape", "8,4096")
+    wy = dict(re.findall(r"^(default|p in walk) +wy_kernel +.* (\d+) \(\d+b/\d+t\)", run.stdout, re.M))
+    assert int(wy["p in walk"]) == int(wy["default"]) - 8, wy
     loops = {variant: (int(st), int(hgmma)) for variant, st, hgmma in
              re.findall(r"^(default|p in walk) +walk_t_kernel +\S+ +\d+ +\d+ +(\d+)/\d+ .* \d+(?:-\d+)?/(\d+)/\d+ ",
                         run.stdout, re.M)}
