@@ -349,11 +349,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     in 256 contiguous bytes instead of 64 cache lines, whose loads the split walk waited out each
     chunk; the Gluon walks only). Default: "heads" where a Gluon walk runs (v44 on an H100: the split
     walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``walk_forms_p``
-    (opt-in, not yet run on a GPU): walk_t_kernel (walk="gluon_t", and the split's segments) forms
-    the output attention P = scale (q k^T) * e^{G_i - G_j} from the q and k tiles it holds anyway,
-    instead of loading the WY pass's; with walk="gluon_t" (the wide walk, the forced split: walk_t_kernel
-    alone) the WY pass then neither forms q k^T nor stores P; with walk="gluon" (B = 1: the ordered
-    walk takes the heads the automatic split leaves) it still does.
+    (opt-in, not yet run on a GPU): the Gluon walks (walk_gluon_kernel, walk_t_kernel) form the output
+    attention P = scale (q k^T) * e^{G_i - G_j} from the q and k tiles they hold anyway, instead of
+    loading it, and the WY pass neither forms q k^T nor stores P.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -585,7 +583,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if walk_forms_p not in (False, True):
         raise ValueError(f"walk_forms_p must be False or True, got {walk_forms_p!r}")
     if walk_forms_p and walk not in ("gluon", "gluon_t"):
-        raise ValueError(f"walk_forms_p=True takes the Gluon walks (walk_t_kernel forms P), got walk={walk!r}")
+        raise ValueError(f"walk_forms_p=True takes the Gluon walks (they form P), got walk={walk!r}")
     if decays_layout is None:
         decays_layout = "heads" if walk in ("gluon", "gluon_t") else "tokens"
     if decays_layout == "heads" and walk not in ("gluon", "gluon_t"):

@@ -45,7 +45,7 @@ from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
-                         first_fills, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
+                         first_fills, form_p, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
 
 
 @gluon.jit
@@ -196,20 +196,8 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         if OUT:
             b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         if P_OWN:
-            # e^{G_i - G_j} as one exponent an entry (a product of two per-token factors could
-            # overflow where a chunk forgets fast), zero above the diagonal and past the sequence's end.
-            b_P = warpgroup_mma_wait(num_outstanding=2, deps=(b_P,))
-            b_Gl = b_G * _LOG2E
-            b_Gi = gl.convert_layout(b_Gl, col_l)
-            b_Gj = gl.convert_layout(b_Gl, o_t.type.layout)
-            o_i = gl.arange(0, BT, layout=col_l)
-            m_P = o_i[:, None] >= o_t[None, :]
-            if MASK_ROWS:
-                m_P = m_P & ((c * BT + o_t) < T)[None, :]
-            b_P = gl.where(m_P, b_P * gl.exp2(b_Gi[:, None] - b_Gj[None, :]), 0.0) * scale
-            p_s.index(st).store(b_P.to(gl.float16))
-            fence_async_shared()
-            gl.thread_barrier()
+            b_P = warpgroup_mma_wait(num_outstanding=2, deps=(b_P,))          # k S and q S run on
+            form_p(b_P, b_G, c * BT, T, scale, p_s.index(st), BT, MASK_ROWS)
 
         # Beside the products: each column's tau from its max |v| and its state's largest entry.
         _wait(v_bars, c, STAGES)

@@ -141,16 +141,19 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
     assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout
 
 
-def test_p_formed_in_the_walk_compiles():
-    """walk_forms_p=True (opt-in, not yet timed) at B8 x T4k: walk_t_kernel's loop has the P product's 8
-    more warpgroup MMA instructions a chunk (q k^T, K = 128 in steps of 16) than the default's, which
-    loads the stored P instead; a spill of at most a few registers (NOTES.md v44: 8 bytes); and the WY
-    pass (STORE_P False: the wide walk is walk_t_kernel alone) 8 warpgroup MMAs fewer (no q k^T)."""
-    run = _report("--variants", "default,p in walk", "--shape", "8,4096")
+@pytest.mark.parametrize("shape, walks", [("8,4096", ["walk_t_kernel"]),
+                                          ("1,32768", ["walk_gluon_kernel", "walk_t_kernel"])])
+def test_p_formed_in_the_walk_compiles(shape, walks):
+    """walk_forms_p=True (opt-in, not yet timed): each Gluon walk's loop has the P product's 8 more
+    warpgroup MMA instructions a chunk (q k^T, K = 128 in steps of 16) than the default's, which loads
+    the stored P instead, with at most 64 bytes spilled (NOTES.md v44: 8 at B8 x T4k, 44 in the
+    split's walk at B1 x T32k, none in the ordered walk); and the WY pass 8 fewer (no q k^T)."""
+    run = _report("--variants", "default,p in walk", "--shape", shape)
+    loops = {(variant, kernel): (int(st), int(hgmma)) for variant, kernel, st, hgmma in
+             re.findall(r"^(default|p in walk) +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/\d+ .* \d+(?:-\d+)?/(\d+)/\d+ ",
+                        run.stdout, re.M)}
+    for kernel in walks:
+        assert loops["p in walk", kernel][1] == loops["default", kernel][1] + 8, loops
+        assert loops["p in walk", kernel][0] <= 64, loops
     wy = dict(re.findall(r"^(default|p in walk) +wy_kernel +.* (\d+) \(\d+b/\d+t\)", run.stdout, re.M))
     assert int(wy["p in walk"]) == int(wy["default"]) - 8, wy
-    loops = {variant: (int(st), int(hgmma)) for variant, st, hgmma in
-             re.findall(r"^(default|p in walk) +walk_t_kernel +\S+ +\d+ +\d+ +(\d+)/\d+ .* \d+(?:-\d+)?/(\d+)/\d+ ",
-                        run.stdout, re.M)}
-    assert loops["p in walk"][1] == loops["default"][1] + 8, loops
-    assert loops["p in walk"][0] <= 16, loops

@@ -356,14 +356,14 @@ def test_layout_knobs_give_the_same_bits(B, T, H, HV, cu, kw, knob):
     (2, 300, 2, 4, None, _walk("gluon_t")),              # the wide walk, a partial last chunk (MASK_ROWS)
     (1, 400, 2, 4, [0, 0, 17, 18, 146, 146, 275, 400], _walk("gluon_t")),   # packed, empty and 1-token ones
     (1, 32768, 16, 32, None, {}),                        # the default at B = 1: the split's segments
-    (1, 32768, 16, 32, None, dict(_walk("gluon_t"), split_walk=True)),   # the forced split: no P stored
+    (1, 32768, 16, 32, None, dict(_walk("gluon_t"), split_walk=True)),   # the forced split
+    (1, 20000, 16, 32, None, dict(walk="gluon")),        # the ordered walk beside the WY pass (its counts)
 ])
 def test_p_formed_in_the_walk(B, T, H, HV, cu, kw):
-    """walk_forms_p=True: walk_t_kernel forms the output attention from its q and k tiles (not the WY
-    pass's stored P): o against the default's walk (which reads the stored P) and, where the float64
-    recurrence is quick enough (not 32768 tokens of 32 heads), the reference; every output row
-    written (NaN-poisoned); S bit for bit the default's (P reaches only o). Where walk_t_kernel is the
-    only walk (walk="gluon_t": the wide walk, the forced split) the WY pass stores no P (STORE_P)."""
+    """walk_forms_p=True: the Gluon walks form the output attention from their q and k tiles and the WY
+    pass stores none (STORE_P): o against the default's walks (which read the stored P) and, where
+    the float64 recurrence is quick enough (not 20000 tokens of 32 heads), the reference; every
+    output row written (NaN-poisoned); S bit for bit the default's (P reaches only o)."""
     from gdn.ops.triton import triton_forward
     N = B if cu is None else len(cu) - 1
     q, k, v, g, beta, S0 = random_inputs(B, T, H, HV, 128, 128, dtype=torch.bfloat16, initial_state=True, N=N,

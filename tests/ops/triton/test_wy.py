@@ -129,7 +129,7 @@ def test_decays_stored_by_head_are_the_same_values(monkeypatch, B, T, packed):
 
 @pytest.mark.parametrize("inverse", [None, "f16_subst_t"])
 def test_without_p_the_rest_is_stored_the_same(monkeypatch, inverse):
-    """STORE_P=False (walk_forms_p with walk_t_kernel alone: the walk forms the output attention): each
+    """STORE_P=False (walk_forms_p: the Gluon walks form the output attention): each
     launch of the WY pass is run again into NaN-filled buffers; T diag(beta), G and the normalised q
     and k equal the full pass's bit for bit, and P is left untouched (all NaN). Packed sequences with a
     chunk across their ends, the plain inverse and the transposed one."""
