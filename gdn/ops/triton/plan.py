@@ -100,7 +100,7 @@ class Plan:
     # The walk.
     walk: str
     walk_stages: int
-    walk_forms_p: bool            # walk_t_kernel forms the output attention P from q and k (not loaded)
+    walk_forms_p: bool            # the Gluon walks form the output attention P from q and k (none stored)
     walk_warps: int | None
     walk_maxnreg: int | None
     fused: bool
