@@ -170,8 +170,7 @@ def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v,
                 BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr,
                 P_LOADS: gl.constexpr = True):
     """The rings' first fills (chunks 0 .. STAGES - 1 of every kind; P's only with P_LOADS), with WAIT
-    once the WY pass has
-    counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
+    once the WY pass has counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
     head: wy_kernel's SIGNAL). The walk's chunks start at the sequence's group g_first (a split
     segment's; else 0), on a group's boundary, and its last group is the sequence's last or a whole
     one. Returns p_count, this walk's first count, for next_k (one pointer kept through the loop)."""

@@ -187,7 +187,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         _wait(k_bars, c, KS)
         if P_OWN:
             # q k^T first (both operands in shared memory), its 32 accumulators turned into P and stored
-            # while k S and q S run.
+            # while k S and q S run. (b_zero's [BV, BT] is P's [BT, BT]: BV = BT = 64 here.)
             _wait(qt_bars, c, STAGES)
             b_P = warpgroup_mma(q_s.index(st), k_s.index(sk).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         b_kS = warpgroup_mma(b_s16, k_s.index(sk).permute((1, 0)), b_zero, use_acc=False, is_async=True)
