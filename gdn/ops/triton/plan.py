@@ -349,9 +349,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     in 256 contiguous bytes instead of 64 cache lines, whose loads the split walk waited out each
     chunk; the Gluon walks only). Default: "heads" where a Gluon walk runs (v44 on an H100: the split
     walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``walk_forms_p``
-    (opt-in, not yet run on a GPU): the Gluon walks (walk_gluon_kernel, walk_t_kernel) form the output
-    attention P = scale (q k^T) * e^{G_i - G_j} from the q and k tiles they hold anyway, instead of
-    loading it, and the WY pass neither forms q k^T nor stores P.
+    (opt-in): the Gluon walks (walk_gluon_kernel, walk_t_kernel) form the output attention P = scale
+    (q k^T) * e^{G_i - G_j} from the q and k tiles they hold anyway, instead of loading it, and the WY
+    pass neither forms q k^T nor stores P; slower on an H100 (v45, B1 x T32k: the WY pass 0.384 ->
+    0.346 ms, the walk, bound by its chain, 0.420 -> 0.476).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")

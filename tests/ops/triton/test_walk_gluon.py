@@ -356,7 +356,7 @@ def test_layout_knobs_give_the_same_bits(B, T, H, HV, cu, kw, knob):
     (2, 300, 2, 4, None, _walk("gluon_t")),              # the wide walk, a partial last chunk (MASK_ROWS)
     (1, 400, 2, 4, [0, 0, 17, 18, 146, 146, 275, 400], _walk("gluon_t")),   # packed, empty and 1-token ones
     (1, 32768, 16, 32, None, {}),                        # the default at B = 1: the split's segments
-    (1, 32768, 16, 32, None, dict(_walk("gluon_t"), split_walk=True)),   # the forced split
+    (1, 32768, 16, 32, None, dict(_walk("gluon_t"), operands="fp16", split_walk=True)),   # the forced split
     (1, 20000, 16, 32, None, dict(walk="gluon")),        # the ordered walk beside the WY pass (its counts)
 ])
 def test_p_formed_in_the_walk(B, T, H, HV, cu, kw):
