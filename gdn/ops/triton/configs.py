@@ -40,7 +40,6 @@ CONFIGS = {
     "wy product": dict(inverse="product"),
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
     "decays by token": dict(decays_layout="tokens"),  # G stored [tokens, HV] for the Gluon walks too (before v44)
-    "p in walk": dict(walk_forms_p=True),             # the Gluon walks form P from q and k (v44; slower, v45)
     "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "wy substitution": dict(inverse="substitution"),

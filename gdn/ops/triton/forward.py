@@ -142,8 +142,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
             FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
-            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, STORE_P=not p.walk_forms_p,
-            **p.common, **_maxnreg(p.wy_maxnreg))
+            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, **p.common, **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one
@@ -169,14 +168,14 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
                        flag_group if done is not None else 1, skip_heads, walk_descs, skip_late,
-                       descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, p_in_walk=p.walk_forms_p)
+                       descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, p_in_walk=p.walk_forms_p)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -280,7 +279,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
                          split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, p_in_walk=p.walk_forms_p)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
         return o, ht
 
     if p.pieces > 1:

@@ -100,7 +100,6 @@ class Plan:
     # The walk.
     walk: str
     walk_stages: int
-    walk_forms_p: bool            # the Gluon walks form the output attention P from q and k (none stored)
     walk_warps: int | None
     walk_maxnreg: int | None
     fused: bool
@@ -180,7 +179,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
                  split_launches=None, split_heads_in="kernel", walk_descriptors="host",
-                 decays_layout=None, walk_forms_p=False) -> Plan | None:
+                 decays_layout=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -348,11 +347,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     log-decays G, "tokens" ([tokens, HV]) or "heads" ([HV, tokens]: a chunk's 64 values of one head
     in 256 contiguous bytes instead of 64 cache lines, whose loads the split walk waited out each
     chunk; the Gluon walks only). Default: "heads" where a Gluon walk runs (v44 on an H100: the split
-    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``walk_forms_p``
-    (opt-in): the Gluon walks (walk_gluon_kernel, walk_t_kernel) form the output attention P = scale
-    (q k^T) * e^{G_i - G_j} from the q and k tiles they hold anyway, instead of loading it, and the WY
-    pass neither forms q k^T nor stores P; slower on an H100 (v45, B1 x T32k: the WY pass 0.384 ->
-    0.346 ms, the walk, bound by its chain, 0.420 -> 0.476).
+    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens".
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -581,10 +576,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                              "kernels have no interpreter")
         if not gluon_flags or forced_split:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
-    if walk_forms_p not in (False, True):
-        raise ValueError(f"walk_forms_p must be False or True, got {walk_forms_p!r}")
-    if walk_forms_p and walk not in ("gluon", "gluon_t"):
-        raise ValueError(f"walk_forms_p=True takes the Gluon walks (they form P), got walk={walk!r}")
     if decays_layout is None:
         decays_layout = "heads" if walk in ("gluon", "gluon_t") else "tokens"
     if decays_layout == "heads" and walk not in ("gluon", "gluon_t"):
@@ -638,7 +629,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 precision=precision, dot_dtype=dot_dtype, f16_dot=f16_dot, wy_dtype=wy_dtype, wy_split=wy_split,
                 state_split=state_split, inverse=inverse, attn_in=attn_in, t_in=t_in, f16=f16, wy_heads=wy_heads,
                 wy_fallback=wy_fallback, wy_maxnreg=wy_maxnreg, num_warps=num_warps, num_stages=num_stages, walk=walk,
-                walk_stages=walk_stages, walk_forms_p=walk_forms_p, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
+                walk_stages=walk_stages, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
                 walk_loads=walk_loads, walk_tma=walk_tma, q_late=q_late, fast_dots=fast_dots,
                 longest_first=longest_first, pieces=pieces, flags=flags, beside=beside,
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,

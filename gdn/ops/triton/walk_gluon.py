@@ -167,10 +167,9 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 @gluon.jit
 def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp,
                 k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr,
-                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr,
-                P_LOADS: gl.constexpr = True):
-    """The rings' first fills (chunks 0 .. STAGES - 1 of every kind; P's only with P_LOADS), with WAIT
-    once the WY pass has counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
+                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
+    """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
+    counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
     head: wy_kernel's SIGNAL). The walk's chunks start at the sequence's group g_first (a split
     segment's; else 0), on a group's boundary, and its last group is the sequence's last or a whole
     one. Returns p_count, this walk's first count, for next_k (one pointer kept through the loop)."""
@@ -184,8 +183,7 @@ def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v,
         _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
         _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
-        if P_LOADS:
-            _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
     return p_count
 
 
@@ -232,28 +230,6 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
         b_G = gl.where(m_t, gl.load(base + (first + o_t) * STRIDE + head, mask=m_t, other=0.0), b_G_last)
     b_G0 = gl.load(base + first * STRIDE + head, mask=live, other=0.0)
     return b_G, b_G_last, b_G0
-
-
-@gluon.jit
-def form_p(b_qk, b_G, t0, T, scale, p_slot, BT: gl.constexpr, MASK_ROWS: gl.constexpr):
-    """The chunk's output attention P = scale (q k^T) * e^{G_i - G_j} (i >= j, else 0; with MASK_ROWS
-    also 0 for key rows j past the sequence's T tokens, the chunk's first at t0) from b_qk [BT, BT]
-    fp32, q k^T of the normalised fp16 tiles, in a warpgroup MMA's accumulator layout, into p_slot
-    (fp16, the P ring's slot, fenced for the products that read it), as wy_kernel's store_attention
-    has it; b_G [BT] the chunk's cumulative log-decays, in any layout. One exponent an entry: e^{G_i}
-    and e^{-G_j} apart could overflow where a chunk forgets fast."""
-    rows_l: gl.constexpr = gl.SliceLayout(1, b_qk.type.layout)
-    cols_l: gl.constexpr = gl.SliceLayout(0, b_qk.type.layout)
-    b_Gl = b_G * _LOG2E
-    o_i = gl.arange(0, BT, layout=rows_l)
-    o_j = gl.arange(0, BT, layout=cols_l)
-    m_p = o_i[:, None] >= o_j[None, :]
-    if MASK_ROWS:
-        m_p = m_p & ((t0 + o_j) < T)[None, :]
-    b_D = gl.exp2(gl.convert_layout(b_Gl, rows_l)[:, None] - gl.convert_layout(b_Gl, cols_l)[None, :])
-    p_slot.store((gl.where(m_p, b_qk * b_D, 0.0) * scale).to(gl.float16))
-    fence_async_shared()
-    gl.thread_barrier()
 
 
 @gluon.jit
@@ -305,7 +281,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                       GROUP: gl.constexpr, SKIP: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                      num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False, P_IN_WALK: gl.constexpr = False):
+                      num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks [BT,
@@ -337,9 +313,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
     start: v once it is in registers, q and T after U and q S, P after o, k a chunk earlier (its own
-    extra slot). So even at one stage every tile is loaded about a chunk ahead of its use.
-
-    P_IN_WALK: P formed here (form_p) from the q and k slots instead of loaded (d_p is not read)."""
+    extra slot). So even at one stage every tile is loaded about a chunk ahead of its use."""
     KS: gl.constexpr = STAGES + 1
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         gl.program_id(0), cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
@@ -373,9 +347,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
 
     p_count = first_fills(done, i_n, i_hv, NT, 0, gl.cdiv(NT, GROUP), row_base, d_q, d_k, d_v, d_t, d_p, col_qk,
                           col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES,
-                          KS, WAIT, GROUP, not P_IN_WALK)
-    acc_p: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                     instr_shape=[16, BT, 16])      # P [BT, BT] (P_IN_WALK)
+                          KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, False, rows, G_BY_HEAD)
@@ -392,17 +364,9 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         s_s.store(b_S.to(gl.float16))
         fence_async_shared()
         _wait(k_bars, c, KS)
-        if P_IN_WALK:
-            _wait(qt_bars, c, STAGES)
-            b_P = warpgroup_mma(q_s.index(st), k_s.index(sk).permute((1, 0)), gl.zeros([BT, BT], gl.float32, acc_p),
-                                use_acc=False, is_async=True)
         b_kS = warpgroup_mma(k_s.index(sk), s_s, b_zero, use_acc=False, is_async=True)
-        if not P_IN_WALK:
-            _wait(qt_bars, c, STAGES)
+        _wait(qt_bars, c, STAGES)
         b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
-        if P_IN_WALK:
-            b_P = warpgroup_mma_wait(num_outstanding=2, deps=(b_P,))          # k S and q S run on
-            form_p(b_P, b_G, c * BT, T, scale, p_s.index(st), BT, MASK_ROWS)
         # Beside the products: tau (Z's scale) from max |v| and the state's largest entry.
         b_mS = tile_max(b_S) * (1.0 / b_sig)
         b_v, b_tau, b_ld, b_eG = values_and_scales(v_s, v_bars, c, STAGES, acc_l, MASK_ROWS, m_t, b_mS, b_G, b_G0,
@@ -426,13 +390,11 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
         b_acc_o = b_qS * (scale * b_eG)[:, None]
         b_acc_S = b_S * gl.exp2(b_G_last * _LOG2E + b_ld)
-        if not P_IN_WALK:
-            _wait(p_bars, c, STAGES)
+        _wait(p_bars, c, STAGES)
         b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
         b_Sn = warpgroup_mma(k_s.index(sk).permute((1, 0)), uc_s, b_acc_S, is_async=True)
         b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
-        if not P_IN_WALK:
-            _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
         b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
         b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
@@ -504,7 +466,7 @@ def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, B
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
                cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
-               descs_in_kernel=False, decays_by_head=False, p_in_walk=False):
+               descs_in_kernel=False, decays_by_head=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]); h0, ht [N, HV, K, V] fp32 or None;
     cu_seqlens [N + 1] (B = 1: packed sequences) and seq_order [N] int32 (the order in which to walk
@@ -513,7 +475,7 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     skip [N x HV] int32 or None: heads whose programs return (nonzero; walk_gluon_kernel's SKIP: at
     once, or with skip_late, where the WY pass marks them, once its first counts are in, SKIP = 2); descs_in_kernel:
     the kernel makes its TMA descriptors (walk_launch);
-    descs: shared_descriptors' of these tensors, or None; p_in_walk: P formed in the walk (attn not read).
+    descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
@@ -529,5 +491,5 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
-        SKIP=0 if skip is None else 2 if skip_late else 1, G_BY_HEAD=decays_by_head, P_IN_WALK=p_in_walk, **flags, num_warps=num_warps,
+        SKIP=0 if skip is None else 2 if skip_late else 1, G_BY_HEAD=decays_by_head, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -143,8 +143,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
                      F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
-                     FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False,
-                     STORE_P: tl.constexpr = True):
+                     FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -152,8 +151,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     time so that only a [BT, BC] accumulator is live. Only the norm factors of the keys are kept
     across the inverse, as a [BT] vector along rows (2 registers a thread, against 16 along columns).
     STORE_ATTN: also the cumulative log-decays G [tokens, HV] (G_BY_HEAD: [HV, g_rows]) and the
-    chunk's output attention (store_attention; not with STORE_P False: the walk forms it, and no
-    q k^T is formed here). STORE_T: instead of w and u, T diag(beta) [BT, BT] as
+    chunk's output attention (store_attention). STORE_T: instead of w and u, T diag(beta) [BT, BT] as
     two bf16 parts at t_out, t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk
     then forms U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass
     neither reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
@@ -204,7 +202,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             o_qk = row_offsets(row0, i_h, H, K, o_t, o_k)
             tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
             tl.store(qn_out + o_qk, (b_q.to(tl.float32) * b_rq[:, None]).to(tl.float16), mask=m_qk)
-    if STORE_ATTN and STORE_P:
+    if STORE_ATTN:
         if TR:
             b_qkn = scaled_gram(tl.dot(b_k, tl.trans(b_q)), b_rk, b_rq * scale)        # (q k^T)^T, scaled
         else:
@@ -220,8 +218,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT, TR)
         if STORE_ATTN:
             tl.store(decay_ptrs(G_out, row0, o_t, i_hvj, HV, g_rows, G_BY_HEAD), b_G, mask=m_t)
-            if STORE_P:
-                store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
+            store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
         b_A = chunk_A(b_kkn, b_beta, b_D, BT, TR)
         wide = 0
         if FALLBACK_AFTER or TR:
@@ -388,7 +385,6 @@ def wy_kernel(
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
     HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
     FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64, G_BY_HEAD: tl.constexpr = False,
-    STORE_P: tl.constexpr = True,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -402,8 +398,7 @@ def wy_kernel(
     STORE_ATTN (split path only): also the output attention as two bf16 parts at attn_out, attn2_out
     [tokens, HV, BT] (store_attention; scale is the output scale it includes) and the cumulative
     log-decays G at G_out [tokens, HV] (G_BY_HEAD: [HV, g_rows], g_rows the tokens of all sequences;
-    addressing.decay_ptrs), so the walk forms neither (STORE_P False: G only; the walk forms P,
-    walk_gluon_t's P_IN_WALK). STORE_T (with STORE_ATTN): T diag(beta)
+    addressing.decay_ptrs), so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
     (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
@@ -441,7 +436,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD, STORE_P)
+                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD)
         if SIGNAL:
             # The chunk's place is found again from the program id read anew, so that nothing of it
             # stays live through the pass (kept, it made ptxas spill more).

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.benchmarks.compiled import BENCH, op_sources, run_compiling
+from tests.benchmarks.compiled import BENCH, run_compiling
 
 pytest.importorskip("triton")
 REPORT = BENCH / "compile_report.py"
@@ -139,29 +139,3 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
     run = _report("--variants", "descs in kernel", "--shape", shape, "--check", *(["--packed", packed] if packed else []))
     walks = re.findall(r"^descs in kernel +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M)
     assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout
-
-
-@pytest.mark.parametrize("shape, walks", [("8,4096", ["walk_t_kernel"]),
-                                          ("1,32768", ["walk_gluon_kernel", "walk_t_kernel"])])
-def test_p_formed_in_the_walk_compiles(shape, walks, tmp_path):
-    """walk_forms_p=True (opt-in: slower on an H100, NOTES.md v45): each Gluon walk's loop has the P
-    product's 8 more warpgroup MMA instructions a chunk (q k^T, K = 128 in steps of 16) than the
-    default's, which loads the stored P instead, with at most 64 bytes spilled (NOTES.md v44: 8 at
-    B8 x T4k, 44 in the split's walk at B1 x T32k, none in the ordered walk); the WY pass 8 fewer (no
-    q k^T). And no barrier wait or TMA load of the P ring is left in the walks (the default's have
-    them): nothing fills that ring, so a wait on it never ends (the split's warm-up once waited so,
-    and the GPU hung: v45)."""
-    run = _report("--variants", "default,p in walk", "--shape", shape, "--dump", str(tmp_path))
-    loops = {(variant, kernel): (int(st), int(hgmma)) for variant, kernel, st, hgmma in
-             re.findall(r"^(default|p in walk) +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/\d+ .* \d+(?:-\d+)?/(\d+)/\d+ ",
-                        run.stdout, re.M)}
-    for kernel in walks:
-        assert loops["p in walk", kernel][1] == loops["default", kernel][1] + 8, loops
-        assert loops["p in walk", kernel][0] <= 64, loops
-        for variant, has_p_ring in (("default", True), ("p_in_walk", False)):
-            ttgir = (tmp_path / variant / f"{kernel}.ttgir").read_text()
-            p_ring = [chain for op in ("ttng.wait_barrier", "ttng.async_tma_copy_global_to_local")
-                      for chain in op_sources(ttgir, op) if any("p_bars" in line for line in chain)]
-            assert bool(p_ring) == has_p_ring, (variant, kernel, p_ring)
-    wy = dict(re.findall(r"^(default|p in walk) +wy_kernel +.* (\d+) \(\d+b/\d+t\)", run.stdout, re.M))
-    assert int(wy["p in walk"]) == int(wy["default"]) - 8, wy
