@@ -20,9 +20,12 @@ benchmarks/snapshots.py, scripts/ab_snapshot.sh):
                          GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
                          and end in one call; GDN_ONCE the once section's shape
+    GDN_HANG_S           after this many seconds, every thread's Python stack printed and the
+                         process ended (hang_guard; benchmarks/gpu_run.sh sets it below its timeout)
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -456,7 +459,17 @@ def once() -> None:
         print(f"once: {cname} B{B} x T{T} ran", flush=True)
 
 
+def hang_guard(seconds: float) -> None:
+    """From now on, after `seconds` (none if 0): every thread's Python stack to stderr, then the
+    process's end. A kernel that never ends (a barrier wait that nothing fills: NOTES.md v45) blocks
+    the next synchronization with no output, and a long compile looks the same from outside; the
+    stack tells them apart and names the call, and the run's later sections keep their time."""
+    if seconds > 0:
+        faulthandler.dump_traceback_later(seconds, exit=True)
+
+
 def main() -> int:
+    hang_guard(float(os.environ.get("GDN_HANG_S", "0")))
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)
     sections = dict(correct=correctness, kernels=kernels, time=timing, profile=profile, once=once, host=host,
                     stages=stages)

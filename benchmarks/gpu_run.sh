@@ -6,7 +6,9 @@
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
 #   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
 #   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way
-#   (stopped at SECTION_TIMEOUT by SIGINT, so that pytest still prints the failures it has); "sweep"
+#   (stopped at SECTION_TIMEOUT by SIGINT, so that pytest still prints the failures it has; a test
+#   past $GDN_TEST_HANG_S, default 150, prints its stack); a gpu_check.py section still running 10 s
+#   before SECTION_TIMEOUT prints its stacks and ends (a hung kernel, NOTES.md v45); "sweep"
 #   runs benchmarks/knob_sweep.py on the GPU ($GDN_SWEEP_ARGS, default 60 single-knob cases from
 #   seed 0, no case started after $GDN_SWEEP_MINUTES, default 4);
 #   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz (scripts/triton_cache.sh: copy it to
@@ -29,15 +31,19 @@ case "$what" in
             # Each section's whole output to $OUT/<section>[-TAG].log, and printed.
             case "$section" in
                 pytest)
+                    # A test past faulthandler_timeout prints its stack (a hung kernel or a compile).
                     # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
                     timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -q -rf --tb=short \
-                        -p no:cacheprovider --durations=15 ${GDN_PYTEST:-tests/ops/triton} ;;
+                        -p no:cacheprovider --durations=15 -o faulthandler_timeout="${GDN_TEST_HANG_S:-150}" \
+                        ${GDN_PYTEST:-tests/ops/triton} ;;
                 sweep)
                     # shellcheck disable=SC2086  # GDN_SWEEP_ARGS is a list of arguments
                     timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/knob_sweep.py --device cuda \
                         --minutes "${GDN_SWEEP_MINUTES:-4}" ${GDN_SWEEP_ARGS:---cases 60 --knobs single} ;;
                 *)
-                    timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" ;;
+                    # Its stacks and its end 10 s before the timeout's silent kill (gpu_check.hang_guard).
+                    GDN_HANG_S=$(( ${SECTION_TIMEOUT:-400} - 10 )) \
+                        timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/gpu_check.py "$section" ;;
             esac 2>&1 | tee "$OUT/$section${TAG:+-$TAG}.log"
         done
         exit 0 ;;

@@ -1,5 +1,5 @@
-"""benchmarks/gpu_check.py's time section in rounds (GDN_TIME_ROUNDS): its flow, with the GPU's timer
-replaced by a clock that counts (no GPU here)."""
+"""benchmarks/gpu_check.py without a GPU: its time section in rounds (GDN_TIME_ROUNDS), with the GPU's
+timer replaced by a clock that counts, and its hang guard (GDN_HANG_S)."""
 import sys
 from pathlib import Path
 
@@ -56,3 +56,24 @@ def test_rounds_share_the_inputs_and_keep_each_configs_fastest(monkeypatch, caps
     table = out[out.rindex("\nconfig ") + 1:].splitlines()
     assert table[1].split() == ["a", "1.000-3.000/0.50", "4.000-6.000/0.50"]
     assert table[2].split() == ["b", "7.000-9.000/0.50", "n/a"]
+
+
+def _guarded_sleep(seconds):
+    """A process that sets gpu_check.hang_guard(seconds), then sleeps 30 s: its completed process."""
+    import subprocess
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    code = (f"import sys, time; sys.path.insert(0, {str(bench)!r}); import gpu_check; "
+            f"gpu_check.hang_guard({seconds}); time.sleep(30 if {seconds} else 0.1)")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_hang_guard_prints_the_stack_and_ends_the_process():
+    """GDN_HANG_S (gpu_check.hang_guard): a section blocked past it (here a sleep standing for a kernel
+    that never ends) prints where it was and ends long before its own 30 s; with 0, no guard."""
+    import time
+    start = time.monotonic()
+    run = _guarded_sleep(2)
+    assert time.monotonic() - start < 25 and run.returncode != 0
+    assert "Timeout (0:00:02)!" in run.stderr and 'File "<string>", line 1' in run.stderr, run.stderr
+    unguarded = _guarded_sleep(0)
+    assert unguarded.returncode == 0 and "Timeout" not in unguarded.stderr, unguarded.stderr
