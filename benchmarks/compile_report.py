@@ -54,6 +54,7 @@ import gdn.ops.triton.walk_gluon as walk_gluon   # noqa: E402
 import gdn.ops.triton.split_walk as split_walk   # noqa: E402
 import gdn.ops.triton.walk_gluon_t as walk_gluon_t   # noqa: E402
 from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
+from sass_text import SASS_LINE, sass_instructions   # noqa: E402  (this script's folder)
 
 # (module, name) of every kernel the launcher may run: the Gluon walks' live in their own modules.
 KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")) + (
@@ -166,7 +167,6 @@ def ptxas_info(ptx, arch):
                 serialized="serialized" in log, log=log)
 
 
-_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
 _PREDICATED_BRA = re.compile(r"/\*([0-9a-f]{4,})\*/\s+@!?U?P[T0-9]+\s+BRA")
 
 
@@ -192,7 +192,7 @@ def sass_info(cubin):
         Path(path).write_bytes(cubin)
         sass = subprocess.run([str(NVIDIA_BIN / "cuobjdump"), "-sass", path], capture_output=True,
                               text=True).stdout
-    instrs = [(int(a, 16), op, rest) for a, op, rest in _SASS_LINE.findall(sass)]
+    instrs = sass_instructions(sass)
     conditional = {int(a, 16) for a in _PREDICATED_BRA.findall(sass)}
     branches = [(addr, int(m.group(1), 16), addr in conditional) for addr, op, rest in instrs
                 if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest))]
@@ -251,7 +251,7 @@ def line_listing(ptx, arch, controls=False):
             here = (Path(mark.group(1)).name, int(mark.group(2)))
         elif (label := _LABEL.match(text)):
             pending.append(label.group(1))
-        elif (m := _SASS_LINE.search(text)):
+        elif (m := SASS_LINE.search(text)):
             addr = int(m.group(1), 16)
             labels.update((name, addr) for name in pending)
             pending = []
@@ -298,7 +298,7 @@ def undefined_uniform_reads(sass):
     (benchmarks/NOTES.md v14). A linear scan, so a register first written later in a loop body would
     also count; every kernel of the default configurations scans empty."""
     written, bad = set(), []
-    for addr, op, rest in _SASS_LINE.findall(sass):
+    for addr, op, rest in SASS_LINE.findall(sass):
         operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
         if op.split(".")[0] in _NO_DEST:            # (by name: REDUX, unlike RED, writes a register)
             dests, srcs = [], operands

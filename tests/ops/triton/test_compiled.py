@@ -5,6 +5,7 @@ with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles a
 process of its own, because it must compile for real where this suite sets TRITON_INTERPRET. Also
 its --launches listing (no compiling) and its per-line counts."""
 import re
+import sys
 
 import pytest
 
@@ -146,13 +147,15 @@ def _walk_t_issues(sass: str) -> list[str]:
     step, from a zero accumulator), "step" (a 64 x 64 step onto an accumulator: a product's later
     steps, all of o's), "update" (a step of the state's 64 x 128 product), "wait" (all products
     waited for) and "load" (a TMA load), in program order."""
+    sys.path.insert(0, str(BENCH))
+    from sass_text import sass_instructions
     kinds = []
-    for op in re.findall(r"^\s+/\*[0-9a-f]{4,5}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass, re.M):
+    for _, op, operands in sass_instructions(sass):
         if op.startswith("HGMMA.64x128"):
             kinds.append("update")
         elif op.startswith("HGMMA.64x64"):
-            kinds.append("start" if "RZ, !UPT" in op else "step")
-        elif op.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"):
+            kinds.append("start" if "RZ, !UPT" in operands else "step")
+        elif op == "WARPGROUP.DEPBAR.LE" and operands.strip() == "gsb0, 0x0":
             kinds.append("wait")
         elif op.startswith("UTMALDG"):
             kinds.append("load")
