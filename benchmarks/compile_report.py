@@ -357,12 +357,9 @@ HEADER = (f"{'variant':<22}{'kernel':<23}{'grid':<15}{'w':>3}{'regs':>5}{'spill 
           f"  {'loop ins/HGMMA/LDST':<20}{'ser':>3}{'ur?':>4}")
 
 
-def main(argv=None):
-    # scripts/triton_cache.sh's cache keeps binaries only, and this report reads each kernel's PTX
-    # and TTGIR: a cache of its own then (here, not at import: gpu_check's stages import this module)
-    if os.environ.pop("TRITON_STORE_BINARY_ONLY", None):
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gdn_compile_report_cache")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def problem_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments that name a problem, its variants and a target (this script's; precompile.py's)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--variants", default=",".join(CONFIGS),
                     help='comma-separated names of CONFIGS; "a&b" merges configs a and b (b wins)')
     ap.add_argument("--shape", default="1,32768", help="B,T")
@@ -374,6 +371,27 @@ def main(argv=None):
     ap.add_argument("--initial-state", action="store_true", help="pass an initial state (the kernels' HAS_H0)")
     ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
+    ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
+    return ap
+
+
+def problem_of(args) -> tuple:
+    """problem_parser's arguments as ((B, T, H, HV, K, V), capture_launches' keywords, the target)."""
+    B, T = (int(x) for x in args.shape.split(","))
+    H, HV, K, V = (int(x) for x in args.heads.split(","))
+    problem = dict(dtype=getattr(torch, args.dtype), packed=args.packed, chunk_size=args.chunk,
+                   use_qk_l2norm=not args.no_l2norm, initial_state=args.initial_state)
+    if args.num_segments is not None:
+        problem["num_segments"] = args.num_segments
+    return (B, T, H, HV, K, V), problem, GPUTarget("cuda", args.arch, 32)
+
+
+def main(argv=None):
+    # scripts/triton_cache.sh's cache keeps binaries only, and this report reads each kernel's PTX
+    # and TTGIR: a cache of its own then (here, not at import: gpu_check's stages import this module)
+    if os.environ.pop("TRITON_STORE_BINARY_ONLY", None):
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gdn_compile_report_cache")
+    ap = problem_parser(__doc__.split("\n")[0])
     ap.add_argument("--dump", default=None, help="folder to write ttgir/ptx/sass/ptxas log of every kernel")
     ap.add_argument("--ptxas-log", action="store_true", help="print ptxas -v output of each kernel")
     ap.add_argument("--lines", type=int, default=0,
@@ -385,19 +403,11 @@ def main(argv=None):
                          "one chunk of a walk)")
     ap.add_argument("--launches", action="store_true",
                     help="print each variant's launches (describe_launch) instead of compiling them")
-    ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a kernel reads a uniform register nothing wrote (the ur? column)")
     args = ap.parse_args(argv)
-    B, T = (int(x) for x in args.shape.split(","))
-    H, HV, K, V = (int(x) for x in args.heads.split(","))
-    target = GPUTarget("cuda", args.arch, 32)
+    (B, T, H, HV, K, V), problem, target = problem_of(args)
     arch = f"sm_{args.arch}a" if args.arch >= 90 else f"sm_{args.arch}"
-    dtype = getattr(torch, args.dtype)
-    problem = dict(dtype=dtype, packed=args.packed, chunk_size=args.chunk, use_qk_l2norm=not args.no_l2norm,
-                   initial_state=args.initial_state)
-    if args.num_segments is not None:
-        problem["num_segments"] = args.num_segments
     packed = f" packed as {args.packed} sequences" if args.packed else ""
     print(f"triton {triton.__version__}, target {arch}, B{B} x T{T}{packed}, "
           f"H={H} HV={HV} K={K} V={V} {args.dtype}, chunk {args.chunk}, "

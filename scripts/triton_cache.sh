@@ -16,20 +16,37 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/gdn_triton_cache}"
 export TRITON_STORE_BINARY_ONLY=1
 mkdir -p "$TRITON_CACHE_DIR"
 _tcache_archive="${GDN_TRITON_ARCHIVE:-$_gdn_root/.tcache/triton-cache.tar.xz}"
+
+_tcache_groups_here() {
+  # Each kernel's group file names its files by absolute path, in the cache where it was packed
+  # (another folder, or the one benchmarks/precompile.py compiled into): named in this one. Written
+  # in place, so that the kernels' folders keep their times (the newest are kept first, and
+  # save_triton_cache's "new" are those compiled after the unpack).
+  local group text
+  while IFS= read -r -d '' group; do
+    text="$(sed -E "s#\"[^\"]*/([A-Z2-7]{52})/#\"$TRITON_CACHE_DIR/\\1/#g" "$group")" || return 1
+    [ "$text" = "$(cat "$group")" ] || printf '%s' "$text" > "$group"
+  done < <(find "$TRITON_CACHE_DIR" -mindepth 2 -maxdepth 2 -name '__grp__*.json' -print0)
+}
 if [ -f "$_tcache_archive" ]; then
   _tcache_stamp="$(stat -c '%s %Y' "$_tcache_archive")"
   if [ "$(cat "$TRITON_CACHE_DIR/.stamp" 2>/dev/null)" != "$_tcache_stamp" ]; then
-    tar -xJf "$_tcache_archive" -C "$TRITON_CACHE_DIR" && echo "$_tcache_stamp" > "$TRITON_CACHE_DIR/.stamp" &&
+    tar -xJf "$_tcache_archive" -C "$TRITON_CACHE_DIR" && _tcache_groups_here && echo "$_tcache_stamp" > "$TRITON_CACHE_DIR/.stamp" &&
       echo "triton_cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels from $_tcache_archive"
   fi
 fi
 unset _gdn_root _tcache_archive _tcache_stamp
+unset -f _tcache_groups_here
 
 save_triton_cache() {
   # The whole cache; past the limit (16 MiB) only the kernels this machine compiled (newer than the
-  # unpack's stamp), so that an archive that grew with sessions still brings back what is new.
+  # unpack's stamp), so that an archive that grew with sessions still brings back what is new. And
+  # beside it triton-build.json, this machine's Triton build (benchmarks/triton_build.py): kept
+  # here as benchmarks/gpu-triton-build.json, it lets scripts/precompile_triton.sh compile for it.
   local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}"
   mkdir -p "$(dirname "$out")"
+  "${PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../benchmarks/triton_build.py" > "$(dirname "$out")/triton-build.json" ||
+    echo "triton_cache: no triton-build.json" >&2
   out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"         # (packed from inside the cache)
   local entries dirs
   for entries in all new; do

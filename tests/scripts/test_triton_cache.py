@@ -1,5 +1,6 @@
 """scripts/triton_cache.sh: Triton's cache, binaries only, packed on one machine and unpacked on the
 next, where the same kernel is then a cache hit (compiled here for sm_90a, as compile_report does)."""
+import json
 import os
 import shutil
 import subprocess
@@ -9,37 +10,22 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton")
+from tests.benchmarks.compiled import COMPILE_ONE
+
+triton = pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "triton_cache.sh"
 
 # One small kernel compiled for an H100/H200; prints whether Triton's cache had it, and what it loaded.
-COMPILE = """
-import os
-import triton, triton.language as tl
-from triton import knobs
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
-@triton.jit
-def add_one(x_ptr, n, BLOCK: tl.constexpr):
-    i = tl.arange(0, BLOCK)
-    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
-
-hits = []
-knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
-block = int(os.environ.get("BLOCK", 128))           # another block, another kernel
-source = ASTSource(add_one, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {(2,): block}, {})
-kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32))
-print(hits, len(kernel.asm["cubin"]) > 0)
-"""
+COMPILE = COMPILE_ONE + 'print(hits, len(kernel.asm["cubin"]) > 0)\n'
 
 
 def _env(**kw):
     """This environment without Triton's settings, and with no archive to unpack unless a test names
     one (a checkout that carries .tcache/ would otherwise fill each test's cache from it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
-    return {**env, "GDN_TRITON_ARCHIVE": os.devnull + ".none", **{k: str(v) for k, v in kw.items()}}
+    return {**env, "GDN_TRITON_ARCHIVE": os.devnull + ".none", "PYTHON": sys.executable,
+            **{k: str(v) for k, v in kw.items()}}
 
 
 def _bash(command, ok=True, **kw):
@@ -67,6 +53,8 @@ def test_cache_packed_here_hits_there(tmp_path):
     saved = _bash("save_triton_cache", TRITON_CACHE_DIR=first, OUT=out)
     assert "1 kernels" in saved
     archive = out / "triton-cache.tar.xz"
+    build = json.loads((out / "triton-build.json").read_text())          # (benchmarks/triton_build.py's)
+    assert build["triton"] == triton.__version__ and len(build["libtriton_sha256"]) == 64
     with tarfile.open(archive) as tar:                                  # binaries only: cubin and metadata
         files = [m.name for m in tar.getmembers() if m.isfile()]       # (and the source, a few KB)
     assert files and all(name.endswith((".cubin", ".json", ".source")) for name in files), files
@@ -74,6 +62,7 @@ def test_cache_packed_here_hits_there(tmp_path):
     unpacked = _bash("true", TRITON_CACHE_DIR=second, GDN_TRITON_ARCHIVE=archive)
     assert "1 kernels from" in unpacked
     assert _bash("true", TRITON_CACHE_DIR=second, GDN_TRITON_ARCHIVE=archive) == ""   # unchanged: not again
+    shutil.rmtree(first)            # (the next machine has no such folder: its group files name its own)
     assert _compile(second) == "[True] True"                             # the next machine: a hit
 
 
@@ -108,3 +97,38 @@ def test_cache_past_the_limit_keeps_what_this_machine_compiled(tmp_path):
     failed = _bash("save_triton_cache", ok=False, TRITON_CACHE_DIR=second, OUT=out, GDN_TRITON_ARCHIVE=archive,
                    PATH=f"{fake}:{os.environ['PATH']}")
     assert "failed" in failed and not (out / "triton-cache.tar.xz").exists()
+
+
+PRECOMPILE = ROOT / "scripts" / "precompile_triton.sh"
+
+
+def _archive_of(tmp_path, name, block):
+    """An archive (save_triton_cache's) of one kernel compiled in a cache of its own."""
+    cache = tmp_path / f"cache-{name}"
+    _compile(cache, block=block)
+    _bash("save_triton_cache", TRITON_CACHE_DIR=cache, OUT=tmp_path / f"out-{name}")
+    return tmp_path / f"out-{name}" / "triton-cache.tar.xz"
+
+
+@pytest.mark.skipif(shutil.which("xz") is None, reason="the script packs with xz, as the GPU machine has it")
+def test_precompile_script_merges_and_keeps_the_newest_within_the_carry(tmp_path):
+    """scripts/precompile_triton.sh with LIST "none": the archive it writes holds its own kernels and
+    every --merge archive's, each a hit where unpacked; past GDN_TRITON_CARRY_MAX the oldest kernels
+    are left out first."""
+    older = _archive_of(tmp_path, "older", 128)
+    newer = _archive_of(tmp_path, "newer", 256)
+    target = tmp_path / "carried" / "triton-cache.tar.xz"
+    run = subprocess.run(["bash", str(PRECOMPILE), "--merge", str(older), "--merge", str(newer), "none"],
+                         capture_output=True, text=True, env=_env(GDN_TRITON_ARCHIVE=target), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    both = _kernels(target)
+    assert "2 kernels of 2" in run.stdout and both == sorted(_kernels(older) + _kernels(newer))
+    for block in (128, 256):
+        here = tmp_path / f"here-{block}"
+        _bash("true", TRITON_CACHE_DIR=here, GDN_TRITON_ARCHIVE=target)
+        assert _compile(here, block=block) == "[True] True"
+    limit = max(older.stat().st_size, newer.stat().st_size) + 64      # room for one kernel, not two
+    run = subprocess.run(["bash", str(PRECOMPILE), "none"], capture_output=True, text=True,
+                         env=_env(GDN_TRITON_ARCHIVE=target, GDN_TRITON_CARRY_MAX=limit), timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 kernels of 2" in run.stdout and _kernels(target) == _kernels(newer)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The Triton cache a GPU call carries (.tcache/triton-cache.tar.xz, which scripts/triton_cache.sh
+# unpacks there), made here: the current archive, plus each --merge ARCHIVE (e.g. the one a GPU
+# call's `gpu_run.sh cache` brought back), plus the kernels of LIST compiled on this machine for the
+# GPU machine's Triton build (benchmarks/precompile.py; LIST "none" compiles nothing), packed again
+# to fit beside .peers in what a call carries (64 MiB), the oldest kernels left out first.
+# Compiling needs benchmarks/gpu-triton-build.json (the GPU's build: `gpu_run.sh cache` writes it
+# to $OUT), or GDN_TRITON_BUILD naming another build's file. PYTHON: the project's (default python3).
+#   bash scripts/precompile_triton.sh [--merge ARCHIVE]... [LIST]      (LIST: benchmarks/precompile.txt)
+# GDN_TRITON_ARCHIVE: another archive than .tcache's to start from and write.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+archive="${GDN_TRITON_ARCHIVE:-$root/.tcache/triton-cache.tar.xz}"     # (made if missing)
+merge=()
+while [ "${1:-}" = --merge ]; do
+  merge+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")")
+  shift 2
+done
+list="${1:-$root/benchmarks/precompile.txt}"
+[ "$list" = none ] || list="$(cd "$(dirname "$list")" && pwd)/$(basename "$list")"
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+
+export TRITON_CACHE_DIR="$stage/cache" GDN_TRITON_ARCHIVE="$archive"
+source "$root/scripts/triton_cache.sh"             # the current archive, unpacked into the staging cache
+for extra in ${merge[@]+"${merge[@]}"}; do
+  GDN_TRITON_ARCHIVE="$extra" source "$root/scripts/triton_cache.sh"
+done
+if [ "$list" != none ]; then
+  "${PYTHON:-python3}" "$root/benchmarks/precompile.py" "$list" ${GDN_TRITON_BUILD:+--build "$GDN_TRITON_BUILD"}
+fi
+
+# What a call carries: 64 MiB for .tcache and .peers together, less a MiB of margin.
+peers="$(stat -c %s "$root/.peers/peers.tar.xz" 2>/dev/null || echo 0)"
+limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - peers - 1048576))}"
+mkdir -p "$stage/out"
+cd "$TRITON_CACHE_DIR"
+mapfile -t kernels < <(ls -1dt -- */)               # (one folder a kernel, newest first)
+keep=${#kernels[@]}
+while :; do
+  printf './%s\n' "${kernels[@]:0:keep}" | tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$stage/out/cache.tar.xz"
+  bytes="$(stat -c %s "$stage/out/cache.tar.xz")"
+  [ "$bytes" -gt "$limit" ] || break
+  [ "$keep" -gt 1 ] || { echo "precompile_triton: one kernel is over $limit bytes" >&2; exit 1; }
+  echo "precompile_triton: $keep kernels take $bytes bytes, over $limit: the oldest tenth left out"
+  keep=$((keep - (keep + 9) / 10))
+done
+mkdir -p "$(dirname "$archive")"
+mv "$stage/out/cache.tar.xz" "$archive"
+echo "precompile_triton: $keep kernels of ${#kernels[@]}, $bytes bytes in $archive"
