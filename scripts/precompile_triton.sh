@@ -22,9 +22,21 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 
 export TRITON_CACHE_DIR="$stage/cache" GDN_TRITON_ARCHIVE="$archive"
+unpacked() {          # whether triton_cache.sh unpacked archive $1 (its stamp) into the staging cache
+  [ "$(cat "$TRITON_CACHE_DIR/.stamp" 2>/dev/null)" = "$(stat -c '%s %Y' "$1")" ]
+}
 source "$root/scripts/triton_cache.sh"             # the current archive, unpacked into the staging cache
+if [ -f "$archive" ] && ! unpacked "$archive"; then
+  echo "precompile_triton: could not unpack $archive" >&2
+  exit 1
+fi
 for extra in ${merge[@]+"${merge[@]}"}; do
+  if [ ! -f "$extra" ]; then
+    echo "precompile_triton: no archive $extra to merge" >&2
+    exit 1
+  fi
   GDN_TRITON_ARCHIVE="$extra" source "$root/scripts/triton_cache.sh"
+  unpacked "$extra" || { echo "precompile_triton: could not unpack $extra" >&2; exit 1; }
 done
 if [ "$list" != none ]; then
   "${PYTHON:-python3}" "$root/benchmarks/precompile.py" "$list" ${GDN_TRITON_BUILD:+--build "$GDN_TRITON_BUILD"}
@@ -35,7 +47,9 @@ peers="$(stat -c %s "$root/.peers/peers.tar.xz" 2>/dev/null || echo 0)"
 limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - peers - 1048576))}"
 mkdir -p "$stage/out"
 cd "$TRITON_CACHE_DIR"
-mapfile -t kernels < <(ls -1dt -- */)               # (one folder a kernel, newest first)
+# (one folder a kernel, newest first)
+mapfile -t kernels < <(find . -mindepth 1 -maxdepth 1 -type d -printf '%T@ %P\n' | sort -rn | cut -d' ' -f2-)
+[ ${#kernels[@]} -gt 0 ] || { echo "precompile_triton: no kernel to pack" >&2; exit 1; }
 keep=${#kernels[@]}
 while :; do
   printf './%s\n' "${kernels[@]:0:keep}" | tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$stage/out/cache.tar.xz"

@@ -12,9 +12,9 @@
 # A kernel whose source changed misses (the source is part of the key) and is compiled as before.
 # Sourced, so no `set -e` (it would leak into the caller).
 _gdn_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/gdn_triton_cache}"
+mkdir -p "${TRITON_CACHE_DIR:-/tmp/gdn_triton_cache}"
+export TRITON_CACHE_DIR="$(cd "${TRITON_CACHE_DIR:-/tmp/gdn_triton_cache}" && pwd)"     # (absolute: group files name it)
 export TRITON_STORE_BINARY_ONLY=1
-mkdir -p "$TRITON_CACHE_DIR"
 _tcache_archive="${GDN_TRITON_ARCHIVE:-$_gdn_root/.tcache/triton-cache.tar.xz}"
 
 _tcache_groups_here() {
@@ -22,11 +22,21 @@ _tcache_groups_here() {
   # (another folder, or the one benchmarks/precompile.py compiled into): named in this one. Written
   # in place, so that the kernels' folders keep their times (the newest are kept first, and
   # save_triton_cache's "new" are those compiled after the unpack).
-  local group text
-  while IFS= read -r -d '' group; do
-    text="$(sed -E "s#\"[^\"]*/([A-Z2-7]{52})/#\"$TRITON_CACHE_DIR/\\1/#g" "$group")" || return 1
-    [ "$text" = "$(cat "$group")" ] || printf '%s' "$text" > "$group"
-  done < <(find "$TRITON_CACHE_DIR" -mindepth 2 -maxdepth 2 -name '__grp__*.json' -print0)
+  "${PYTHON:-python3}" - "$TRITON_CACHE_DIR" <<'EOF_PY'
+import json, os, sys
+root = sys.argv[1]
+for key in os.listdir(root):
+    folder = os.path.join(root, key)
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        if name.startswith("__grp__") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                group = json.load(f)
+            named = group.get("child_paths") or {}        # (none: Triton reads the group as no entry)
+            paths = {child: os.path.join(folder, os.path.basename(path)) for child, path in named.items()}
+            if paths != named:
+                with open(os.path.join(folder, name), "w") as f:
+                    json.dump({"child_paths": paths}, f)
+EOF_PY
 }
 if [ -f "$_tcache_archive" ]; then
   _tcache_stamp="$(stat -c '%s %Y' "$_tcache_archive")"
@@ -45,8 +55,13 @@ save_triton_cache() {
   # here as benchmarks/gpu-triton-build.json, it lets scripts/precompile_triton.sh compile for it.
   local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}"
   mkdir -p "$(dirname "$out")"
-  "${PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../benchmarks/triton_build.py" > "$(dirname "$out")/triton-build.json" ||
+  local build="$(dirname "$out")/triton-build.json"
+  if "${PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../benchmarks/triton_build.py" > "$build.tmp"; then
+    mv "$build.tmp" "$build"
+  else
+    rm -f "$build.tmp"
     echo "triton_cache: no triton-build.json" >&2
+  fi
   out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"         # (packed from inside the cache)
   local entries dirs
   for entries in all new; do

@@ -47,7 +47,8 @@ def _compile(cache, block=128):
 
 @pytest.mark.skipif(shutil.which("xz") is None, reason="the script packs with xz, as the GPU machine has it")
 def test_cache_packed_here_hits_there(tmp_path):
-    first, second, out = tmp_path / "first", tmp_path / "second", tmp_path / "out"
+    # (the next machine's cache at a path with characters that a substitution's text would take as its own)
+    first, second, out = tmp_path / "first", tmp_path / "se&c#ond", tmp_path / "out"
     assert _compile(first) == "[False] True"                             # compiled
     assert _compile(first) == "[True] True"                              # the same machine: a hit
     saved = _bash("save_triton_cache", TRITON_CACHE_DIR=first, OUT=out)
@@ -132,3 +133,10 @@ def test_precompile_script_merges_and_keeps_the_newest_within_the_carry(tmp_path
                          env=_env(GDN_TRITON_ARCHIVE=target, GDN_TRITON_CARRY_MAX=limit), timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 kernels of 2" in run.stdout and _kernels(target) == _kernels(newer)
+    broken = tmp_path / "broken.tar.xz"
+    broken.write_bytes(older.read_bytes()[:200])
+    for missing in (tmp_path / "no-such.tar.xz", broken):       # (a GPU call's archive that did not come back)
+        run = subprocess.run(["bash", str(PRECOMPILE), "--merge", str(missing), "none"], capture_output=True,
+                             text=True, env=_env(GDN_TRITON_ARCHIVE=target), timeout=300)
+        assert run.returncode != 0 and str(missing) in run.stderr, run.stdout + run.stderr
+    assert _kernels(target) == _kernels(newer)                           # (left as it was)
