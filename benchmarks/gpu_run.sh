@@ -11,17 +11,18 @@
 #   before SECTION_TIMEOUT prints its stacks and ends (a hung kernel, NOTES.md v45); "sweep"
 #   runs benchmarks/knob_sweep.py on the GPU ($GDN_SWEEP_ARGS, default 60 single-knob cases from
 #   seed 0, no case started after $GDN_SWEEP_MINUTES, default 4);
-#   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz and the machine's Triton build to
-#   $OUT/triton-build.json (scripts/triton_cache.sh: merge the archive into .tcache/ with
-#   `bash scripts/precompile_triton.sh --merge ARCHIVE none`, and later calls start with those
-#   kernels compiled; the build, kept as benchmarks/gpu-triton-build.json, lets that script compile
-#   here, for the GPU, what the next calls will launch).
+#   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz (scripts/triton_cache.sh: merge it into
+#   .tcache/ with `bash scripts/precompile_triton.sh --merge ARCHIVE none`, and later calls start with
+#   those kernels compiled). Every call writes the machine's Triton build to $OUT/triton-build.json
+#   first: kept as benchmarks/gpu-triton-build.json, it lets that script compile here, for the GPU,
+#   what the next calls will launch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
 OUT="${OUT:-/tmp/gdn_out}"
 mkdir -p "$OUT"
 source scripts/triton_cache.sh
+save_triton_build             # (first: a call cut short still brings its $OUT back)
 what="${1:-all}"
 case "$what" in
     check|bench|all) ;;

@@ -46,13 +46,12 @@ fi
 peers="$(stat -c %s "$root/.peers/peers.tar.xz" 2>/dev/null || echo 0)"
 limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - peers - 1048576))}"
 mkdir -p "$stage/out"
-cd "$TRITON_CACHE_DIR"
-# (one folder a kernel, newest first)
-mapfile -t kernels < <(find . -mindepth 1 -maxdepth 1 -type d -printf '%T@ %P\n' | sort -rn | cut -d' ' -f2-)
+mapfile -t kernels < <(triton_cache_kernels)
 [ ${#kernels[@]} -gt 0 ] || { echo "precompile_triton: no kernel to pack" >&2; exit 1; }
+cd "$TRITON_CACHE_DIR"
 keep=${#kernels[@]}
 while :; do
-  printf './%s\n' "${kernels[@]:0:keep}" | tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$stage/out/cache.tar.xz"
+  printf '%s\n' "${kernels[@]:0:keep}" | tar --exclude='*.tmp.pid_*' -cf - -T - | xz -6 -T0 > "$stage/out/cache.tar.xz"
   bytes="$(stat -c %s "$stage/out/cache.tar.xz")"
   [ "$bytes" -gt "$limit" ] || break
   [ "$keep" -gt 1 ] || { echo "precompile_triton: one kernel is over $limit bytes" >&2; exit 1; }

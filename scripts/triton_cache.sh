@@ -48,28 +48,39 @@ fi
 unset _gdn_root _tcache_archive _tcache_stamp
 unset -f _tcache_groups_here
 
-save_triton_cache() {
-  # The whole cache; past the limit (16 MiB) only the kernels this machine compiled (newer than the
-  # unpack's stamp), so that an archive that grew with sessions still brings back what is new. And
-  # beside it triton-build.json, this machine's Triton build (benchmarks/triton_build.py): kept
-  # here as benchmarks/gpu-triton-build.json, it lets scripts/precompile_triton.sh compile for it.
-  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}"
-  mkdir -p "$(dirname "$out")"
-  local build="$(dirname "$out")/triton-build.json"
+triton_cache_kernels() {
+  # The cache's kernels, one folder each (named by its key), as ./KEY lines, newest first: so packed,
+  # alike kernels lie together and xz packs them a fifth smaller. Arguments: find's tests (-newer F).
+  (cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d "$@" -printf '%T@ ./%P\n' | sort -rn |
+     cut -d' ' -f2-)
+}
+
+save_triton_build() {
+  # $OUT/triton-build.json: this machine's Triton build (benchmarks/triton_build.py). Kept here as
+  # benchmarks/gpu-triton-build.json, it lets scripts/precompile_triton.sh compile for this machine.
+  local build="${OUT:-/tmp/gdn_out}/triton-build.json"
+  mkdir -p "$(dirname "$build")"
   if "${PYTHON:-python3}" "$(dirname "${BASH_SOURCE[0]}")/../benchmarks/triton_build.py" > "$build.tmp"; then
     mv "$build.tmp" "$build"
   else
     rm -f "$build.tmp"
     echo "triton_cache: no triton-build.json" >&2
+    return 1
   fi
+}
+
+save_triton_cache() {
+  # The whole cache; past the limit (16 MiB) only the kernels this machine compiled (newer than the
+  # unpack's stamp), so that an archive that grew with sessions still brings back what is new.
+  local out="${OUT:-/tmp/gdn_out}/triton-cache.tar.xz" limit="${GDN_TRITON_CACHE_MAX:-16777216}"
+  mkdir -p "$(dirname "$out")"
   out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"         # (packed from inside the cache)
   local entries dirs
   for entries in all new; do
-    # (each kernel is one folder named by its key)
     if [ "$entries" = all ]; then
-      dirs="$(cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d)"
+      dirs="$(triton_cache_kernels)"
     else
-      dirs="$(cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d -newer .stamp 2>/dev/null)"
+      dirs="$(triton_cache_kernels -newer .stamp 2>/dev/null)"
       [ -n "$dirs" ] || break      # (no unpacked archive, or no kernel compiled since)
     fi
     if ! (set -o pipefail

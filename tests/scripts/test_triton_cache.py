@@ -54,8 +54,10 @@ def test_cache_packed_here_hits_there(tmp_path):
     saved = _bash("save_triton_cache", TRITON_CACHE_DIR=first, OUT=out)
     assert "1 kernels" in saved
     archive = out / "triton-cache.tar.xz"
+    _bash("save_triton_build", OUT=out)                                  # (what gpu_run.sh does first)
     build = json.loads((out / "triton-build.json").read_text())          # (benchmarks/triton_build.py's)
     assert build["triton"] == triton.__version__ and len(build["libtriton_sha256"]) == 64
+    assert not list(out.glob("*.tmp"))
     with tarfile.open(archive) as tar:                                  # binaries only: cubin and metadata
         files = [m.name for m in tar.getmembers() if m.isfile()]       # (and the source, a few KB)
     assert files and all(name.endswith((".cubin", ".json", ".source")) for name in files), files
