@@ -3,7 +3,7 @@
 # unpacks there), made here: the current archive, plus each --merge ARCHIVE (e.g. the one a GPU
 # call's `gpu_run.sh cache` brought back), plus the kernels of LIST compiled on this machine for the
 # GPU machine's Triton build (benchmarks/precompile.py; LIST "none" compiles nothing), packed again
-# to fit beside .peers in what a call carries (64 MiB), the oldest kernels left out first.
+# to fit beside .peers and .ab in what a call carries (64 MiB), the oldest kernels left out first.
 # Compiling needs benchmarks/gpu-triton-build.json (the GPU's build: `gpu_run.sh cache` writes it
 # to $OUT), or GDN_TRITON_BUILD naming another build's file. PYTHON: the project's (default python3).
 #   bash scripts/precompile_triton.sh [--merge ARCHIVE]... [LIST]      (LIST: benchmarks/precompile.txt)
@@ -42,9 +42,9 @@ if [ "$list" != none ]; then
   "${PYTHON:-python3}" "$root/benchmarks/precompile.py" "$list" ${GDN_TRITON_BUILD:+--build "$GDN_TRITON_BUILD"}
 fi
 
-# What a call carries: 64 MiB for .tcache and .peers together, less a MiB of margin.
-peers="$(stat -c %s "$root/.peers/peers.tar.xz" 2>/dev/null || echo 0)"
-limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - peers - 1048576))}"
+# What a call carries: 64 MiB for .tcache, .peers and .ab (the A/B snapshots) together, less a MiB.
+others="$( (du -scb "$root/.peers" "$root/.ab" 2>/dev/null || true) | tail -n 1 | cut -f1)"   # (either may be missing)
+limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - ${others:-0} - 1048576))}"
 mkdir -p "$stage/out"
 mapfile -t kernels < <(triton_cache_kernels)
 [ ${#kernels[@]} -gt 0 ] || { echo "precompile_triton: no kernel to pack" >&2; exit 1; }
