@@ -6,11 +6,11 @@ for two Pythons (PyPI's 3.11 and 3.12 wheels of 3.6.0) differ only in libtriton'
 machine's build compiled wy_kernel to the same SASS as this machine's (NOTES.md v46). So a kernel
 compiled here with the GPU machine's libtriton hash in its key (``key_as``) is a cache hit there,
 provided the rest of that build's key is this one's, which key_as checks against the build's own
-record (benchmarks/gpu-triton-build.json, from ``gpu_run.sh cache``) before it keys anything:
+record (benchmarks/gpu-triton-build.json, which every gpu_run.sh call writes) before it keys anything:
 benchmarks/precompile.py fills the cache a GPU session carries (.tcache, scripts/triton_cache.sh)
 with what its calls will launch, and the device time its compiles took goes to measuring.
 
-    python benchmarks/triton_build.py            # this machine's build, as JSON (the GPU's: gpu_run.sh cache)
+    python benchmarks/triton_build.py            # this machine's build, as JSON (the GPU's: every gpu_run.sh call)
     python benchmarks/triton_build.py --libtriton SHA256     # ... as it would read with another libtriton
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from triton.backends.nvidia.compiler import get_ptxas_version
 
 _NATIVE_KEY = getattr(triton_cache.triton_key, "__wrapped__", triton_cache.triton_key)     # (before key_as)
 
-# The GPU machine's build, written there by `gpu_run.sh cache` (save_triton_cache) and kept here.
+# The GPU machine's build, written there by every gpu_run.sh call (save_triton_build) and kept here.
 GPU_BUILD = Path(__file__).resolve().parent / "gpu-triton-build.json"
 
 
@@ -87,8 +87,8 @@ def key_as(other: dict) -> None:
 def gpu_build() -> dict:
     """The GPU machine's build (GPU_BUILD), or a ValueError that says how to get it."""
     if not GPU_BUILD.exists():
-        raise ValueError(f"no {GPU_BUILD.name}: a GPU call's `bash benchmarks/gpu_run.sh cache` writes it to $OUT "
-                         f"(beside triton-cache.tar.xz); copy it to {GPU_BUILD}")
+        raise ValueError(f"no {GPU_BUILD.name}: every GPU call of benchmarks/gpu_run.sh writes it to $OUT as "
+                         f"triton-build.json; copy one to {GPU_BUILD}")
     return json.loads(GPU_BUILD.read_text())
 
 

@@ -4,7 +4,7 @@
 # call's `gpu_run.sh cache` brought back), plus the kernels of LIST compiled on this machine for the
 # GPU machine's Triton build (benchmarks/precompile.py; LIST "none" compiles nothing), packed again
 # to fit beside .peers and .ab in what a call carries (64 MiB), the oldest kernels left out first.
-# Compiling needs benchmarks/gpu-triton-build.json (the GPU's build: `gpu_run.sh cache` writes it
+# Compiling needs benchmarks/gpu-triton-build.json (the GPU's build: every gpu_run.sh call writes it
 # to $OUT), or GDN_TRITON_BUILD naming another build's file. PYTHON: the project's (default python3).
 #   bash scripts/precompile_triton.sh [--merge ARCHIVE]... [LIST]      (LIST: benchmarks/precompile.txt)
 # GDN_TRITON_ARCHIVE: another archive than .tcache's to start from and write.
