@@ -15,6 +15,7 @@ with what its calls will launch, and the device time its compiles took goes to m
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -32,7 +33,9 @@ _NATIVE_KEY = getattr(triton_cache.triton_key, "__wrapped__", triton_cache.trito
 GPU_BUILD = Path(__file__).resolve().parent / "gpu-triton-build.json"
 
 
+@functools.lru_cache()
 def _libtriton_sha256() -> str:
+    """(~400 MB read: once a process, whatever build() and key_as ask.)"""
     digest = hashlib.sha256()
     with open(Path(triton.__file__).parent / "_C" / "libtriton.so", "rb") as lib:
         for block in iter(lambda: lib.read(1 << 20), b""):
