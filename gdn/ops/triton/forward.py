@@ -175,7 +175,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, order=p.walk_order)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -279,7 +279,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
                          split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, order=p.walk_order)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
         return o, ht
 
     if p.pieces > 1:

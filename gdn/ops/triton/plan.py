@@ -126,12 +126,8 @@ class Plan:
     split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
     walk_descriptors: str         # the Gluon walks' TMA descriptors: "host" or "kernel"
     decays_by_head: bool          # G stored [HV, tokens] (decays_layout="heads")
-    walk_order: str               # walk_t_kernel's issue order a chunk (WALK_ORDERS)
     common: dict                  # the constexprs and launch options every kernel takes
 
-
-# walk_order's values, by walk_t_kernel's ORDER (gdn.ops.triton.walk_gluon_t._chunks).
-WALK_ORDERS = ("o_first", "refills_late", "update_first")
 
 MAX_PLANS = 1024                 # past this many keys the table starts again
 _PLANS: dict = {}
@@ -183,7 +179,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
                  split_launches=None, split_heads_in="kernel", walk_descriptors="host",
-                 decays_layout=None, walk_order="o_first") -> Plan | None:
+                 decays_layout=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -351,13 +347,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     log-decays G, "tokens" ([tokens, HV]) or "heads" ([HV, tokens]: a chunk's 64 values of one head
     in 256 contiguous bytes instead of 64 cache lines, whose loads the split walk waited out each
     chunk; the Gluon walks only). Default: "heads" where a Gluon walk runs (v44 on an H100: the split
-    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``walk_order``
-    (walk_t_kernel's, wherever it runs: walk="gluon_t" or the automatic split's walk beside "gluon";
-    the same bits in any order): "o_first" (the default) issues each chunk's ring refills between its
-    products and o's product before the state's update; "refills_late" each refill after the product
-    that follows it, so that its barriers run beside that product; "update_first" as "refills_late"
-    and the state's update before o's product (o's accumulator and P's wait off the chain from U to
-    the next state). Opt-in, built from the compiled code's order (NOTES.md v45), not yet timed.
+    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens".
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -365,8 +355,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"decays_layout must be None, 'tokens' or 'heads', got {decays_layout!r}")
     if walk not in (None, "triton", "gluon", "gluon_t"):
         raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_t', got {walk!r}")
-    if walk_order not in WALK_ORDERS:
-        raise ValueError(f"walk_order must be one of {WALK_ORDERS}, got {walk_order!r}")
     if chunk_size not in (16, 32, 64):
         raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
                          f"shared memory than an SM has; backend='chunk' takes any power of two)")
@@ -590,9 +578,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
     if decays_layout is None:
         decays_layout = "heads" if walk in ("gluon", "gluon_t") else "tokens"
-    if walk_order != "o_first" and walk not in ("gluon", "gluon_t"):
-        raise ValueError(f"walk_order={walk_order!r} orders the Gluon walk_t_kernel's chunk (walk='gluon_t', or the "
-                         f"automatic split's beside walk='gluon'), got walk={walk!r}")
     if decays_layout == "heads" and walk not in ("gluon", "gluon_t"):
         raise ValueError(f"decays_layout='heads' takes the Gluon walks (walk='gluon' or 'gluon_t', an sm_90 GPU), "
                          f"got walk={walk!r}")
@@ -651,5 +636,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
-                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads", walk_order=walk_order,
-                common=common)
+                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads", common=common)

@@ -42,7 +42,6 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
 from .launch import launch
-from .plan import WALK_ORDERS
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
 from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
@@ -139,14 +138,6 @@ def _checkpoint(seg_bound, b_S, b_sig, live, cu_seqlens, seq_order, T, P, L, W, 
 
 
 @gluon.jit
-def _o_product(b_U, p_slot, b_qS, scale, b_aG, b_eT, a_t: gl.constexpr):
-    """o^T tau [BV, BT] issued (asynchronous): (U^T P^T) from U [BV, BT] fp32 and P's slot, onto q S
-    (b_qS) scaled by scale e^G tau / sigma (b_aG [BV] by column, b_eT [BT] by token: _chunks')."""
-    return warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_slot.permute((1, 0)),
-                         b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
-
-
-@gluon.jit
 def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum, p_count, Gc, i_hv, o_t,
             b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, o_s,
             k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr, BT: gl.constexpr,
@@ -155,8 +146,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False,
-            ORDER: gl.constexpr = 0):
+            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -168,14 +158,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     arguments are its). The chunk's decays G come one token a thread (_chunk_decays' TOKENS, carried
     so): e^{G - G_0} and e^{G_C - G} are formed there, one exponential a token, and moved to the
     columns' layout through shared memory (each thread's 16 columns' loads and 32 exponentials took
-    ~10% more of this walk's time on an H200: NOTES.md v36). ORDER (plan.WALK_ORDERS' index), where
-    the chunk's issues stand on its chain kS -> Z -> U -> Sn, the same products and bits in each: 0
-    the rings' refills between the products and o's product before the state's update; 1 each
-    refill after the product that follows it (its two barriers run beside that product); 2 as 1,
-    and the state's update before o's product (o's scaled accumulator and P's wait off the chain;
-    o's wait then takes Sn's too, so o's epilogue follows it)."""
-    REFILLS_LATE: gl.constexpr = ORDER >= 1
-    UPDATE_FIRST: gl.constexpr = ORDER == 2
+    ~10% more of this walk's time on an H200: NOTES.md v36)."""
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -221,12 +204,9 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_eT = gl.convert_layout(exp_ftz(b_G - b_G0), o_t.type.layout)    # (one exponential a token)
         b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
-        if not REFILLS_LATE:
-            _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
+        _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
         b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
                             use_acc=False, is_async=True)
-        if REFILLS_LATE:
-            _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # (U reads T, not v)
         b_dc = exp_ftz(b_G_last - b_G)     # (while U's product runs)
         if MASK_ROWS:
             b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
@@ -235,32 +215,22 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         else:
             b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
-        if not REFILLS_LATE:
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
         b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
-        if not UPDATE_FIRST:
-            _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
-            if OUT:
-                b_o = _o_product(b_U, p_s.index(st), b_qS, scale, b_aG, b_eT, a_t)
+        _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
+        if OUT:
+            b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
+                                b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
         # S'^ = S^ e^{G_C} sigma' / sigma + (Uc sigma' / tau)^T k: both factors at most ~2.
         b_lsn = log2_pow2(b_sig_next)
         b_fU = pow2_of(b_lsn - log2_pow2(b_tau))
         b_fS = gl.convert_layout(gl.exp2(b_G_last * _LOG2E + b_lsn - b_lsig), scol_l)
         b_uc16 = gl.convert_layout((b_Uc * b_fU[:, None]).to(gl.float16), a_s)
         b_Sn = warpgroup_mma(b_uc16, k_s.index(sk), b_S * b_fS[:, None], is_async=True)
-        if REFILLS_LATE:
-            # (q S and U, the last readers of these slots, were waited for.)
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
-        if UPDATE_FIRST:
-            _wait(p_bars, c, STAGES)
-            if OUT:
-                b_o = _o_product(b_U, p_s.index(st), b_qS, scale, b_aG, b_eT, a_t)
         if OUT:
-            # (The state's update still runs; with UPDATE_FIRST, issued before o's, it has ended too:
-            # a warpgroup's products complete in their order.)
-            b_o = warpgroup_mma_wait(num_outstanding=0 if UPDATE_FIRST else 1, deps=(b_o,))
+            b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
             _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
             # o^T / tau into the [BT, BV] tile (transposed), then to o by TMA (rows past the tensor's end
             # are not written); with MASK_ROWS a last chunk that ends inside the tile waits for the loop's
@@ -290,7 +260,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                   GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                  num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False, ORDER: gl.constexpr = 0):
+                  num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T: _walk_t's
     phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
     3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
@@ -305,7 +275,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
             seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,
             STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
-            DESCS_IN_KERNEL, num_warps, G_BY_HEAD, ORDER)
+            DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
@@ -313,7 +283,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
                 fresh_int(L), fresh_int(W), fresh_int(L0), rows, H, HV, K, V, BT,
                 BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
-                DESCS_IN_KERNEL, num_warps, G_BY_HEAD, ORDER)
+                DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
 
 
 @gluon.jit
@@ -324,7 +294,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
             LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
             GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-            WARPS: gl.constexpr, G_BY_HEAD: gl.constexpr = False, ORDER: gl.constexpr = 0):
+            WARPS: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -359,8 +329,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
     (earlier in the grid).
     CHOSEN (with SPLIT; the automatic split, split_walk.forgetting_heads): only the heads whose
     seg_heads [N x HV] int32 is nonzero are walked here, the others' programs return at once
-    (walk_gluon's SKIP walks them in order). ORDER: the chunk's issue order (_chunks'), in every
-    phase's loops."""
+    (walk_gluon's SKIP walks them in order)."""
     KS: gl.constexpr = STAGES + 1
     OUT: gl.constexpr = SPLIT != 1                   # the warm-up forms neither q S nor o
     (i_p, i_v, i_n, i_nh, i_hv, row_base, T, NT, NT_all, col_qk, col_v, col_tp, c_first, c_own, c_ck, n_hv, i_seg,
@@ -458,7 +427,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, ORDER=ORDER)
+                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -469,13 +438,13 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD, ORDER)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, ORDER=ORDER)
+            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -530,7 +499,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
                  done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
-                 descs_in_kernel=False, decays_by_head=False, order="o_first"):
+                 descs_in_kernel=False, decays_by_head=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -541,13 +510,10 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
     shared_descriptors of these tensors, or None (made here); descs_in_kernel: the kernel makes its
     descriptors, o's too (walk_gluon.walk_launch), without a split only; decays_by_head: Gc is
-    [HV, B x T] (walk_gluon.walk_gluon's); order: one of plan.WALK_ORDERS, where a chunk's issues stand
-    (walk_t_kernel's ORDER: the same bits, NOTES.md v45). The launcher
+    [HV, B x T] (walk_gluon.walk_gluon's). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
-    if order not in WALK_ORDERS:
-        raise ValueError(f"order must be one of {WALK_ORDERS}, got {order!r}")
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
@@ -579,4 +545,4 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, B * T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
             GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, G_BY_HEAD=decays_by_head,
-            ORDER=WALK_ORDERS.index(order), **flags, num_warps=4)
+            **flags, num_warps=4)

@@ -5,7 +5,6 @@ with no fault (benchmarks/NOTES.md v14). benchmarks/compile_report.py compiles a
 process of its own, because it must compile for real where this suite sets TRITON_INTERPRET. Also
 its --launches listing (no compiling) and its per-line counts."""
 import re
-import sys
 
 import pytest
 
@@ -140,42 +139,3 @@ def test_descriptors_made_in_the_kernel_compile_without_spills(shape, packed):
     run = _report("--variants", "descs in kernel", "--shape", shape, "--check", *(["--packed", packed] if packed else []))
     walks = re.findall(r"^descs in kernel +(walk_\w+) +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M)
     assert walks and all(st == ld == "0" for _, st, ld in walks), run.stdout
-
-
-def _walk_t_issues(sass: str) -> list[str]:
-    """walk_t_kernel's SASS as the instructions that order a chunk: "start" (a 64 x 64 product's first
-    step, from a zero accumulator), "step" (a 64 x 64 step onto an accumulator: a product's later
-    steps, all of o's), "update" (a step of the state's 64 x 128 product), "wait" (all products
-    waited for) and "load" (a TMA load), in program order."""
-    sys.path.insert(0, str(BENCH))
-    from sass_text import sass_instructions
-    kinds = []
-    for _, op, operands in sass_instructions(sass):
-        if op.startswith("HGMMA.64x128"):
-            kinds.append("update")
-        elif op.startswith("HGMMA.64x64"):
-            kinds.append("start" if "RZ, !UPT" in operands else "step")
-        elif op == "WARPGROUP.DEPBAR.LE" and operands.strip() == "gsb0, 0x0":
-            kinds.append("wait")
-        elif op.startswith("UTMALDG"):
-            kinds.append("load")
-    return kinds
-
-
-@pytest.mark.parametrize("order", ["o_first", "refills_late", "update_first"])
-def test_walk_orders_compile_in_their_order(order, tmp_path):
-    """walk_order (opt-in, not yet timed): at B8 x T4k (walk_t_kernel's one loop) each order compiles
-    for sm_90a without a spill, and its issues stand where it says. U's product is the chunk's third
-    that starts from zero (after k S and q S): with "o_first" no TMA load is issued between U's start
-    and its wait (v's refill comes before U), with the later orders one is; the chunk's last product
-    issued is the state's update with "o_first" and "refills_late", o's with "update_first"."""
-    variant = {"o_first": "default", "refills_late": "refills late", "update_first": "update first"}[order]
-    run = _report("--variants", variant, "--shape", "8,4096", "--dump", str(tmp_path))
-    st, ld = re.search(r"^\S.*? walk_t_kernel +\S+ +\d+ +\d+ +(\d+)/(\d+) ", run.stdout, re.M).groups()
-    assert (st, ld) == ("0", "0"), run.stdout
-    issues = _walk_t_issues((tmp_path / variant.replace(" ", "_") / "walk_t_kernel.sass").read_text())
-    u = [i for i, kind in enumerate(issues) if kind == "start"][2]
-    u_wait = issues.index("wait", u)
-    assert ("load" in issues[u:u_wait]) == (order != "o_first"), issues
-    last = max(i for i, kind in enumerate(issues) if kind in ("update", "step"))
-    assert issues[last] == ("step" if order == "update_first" else "update"), issues

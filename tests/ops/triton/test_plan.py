@@ -76,8 +76,6 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
     (dict(decays_layout="rows"), "decays_layout must be None, 'tokens' or 'heads'"),
     (dict(decays_layout="heads", walk="triton"), "decays_layout='heads' takes the Gluon walks"),
-    (dict(walk_order="late"), "walk_order must be one of"),
-    (dict(walk_order="update_first", walk="triton"), "walk_order='update_first' orders the Gluon walk_t_kernel"),
 ])
 def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):
     q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)
