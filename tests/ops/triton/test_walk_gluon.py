@@ -333,7 +333,8 @@ def test_rows_descriptor_is_triton_s(shape, block, dtype):
     (1, 20000, 16, 32, None, dict(walk="gluon")),        # the ordered walk beside the WY pass (its counts)
     (1, 600, 2, 4, [0, 70, 71, 600], _walk("gluon_t")),  # packed sequences
     (1, 32768, 16, 32, None, {}),                        # the default at B = 1: ordered walk and split
-])
+    (1, 8192, 16, 32, None, dict(_walk("gluon_t"), operands="fp16", split_walk=True, split_check="bounds")),
+])                                                       # (the split's warm-up and segments in two launches)
 def test_layout_knobs_give_the_same_bits(B, T, H, HV, cu, kw, knob):
     """Knobs that move data, not arithmetic, against the default, bit for bit in o and S, every output
     row written (NaN-poisoned): decays_layout="tokens" (the WY pass stores G [tokens, HV]; the
