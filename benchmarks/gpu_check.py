@@ -48,10 +48,10 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-def reference(q, k, v, g, beta, S0, cu):
+def reference(q, k, v, g, beta, S0, cu, l2norm=True):
     return gated_delta_rule(q.double(), k.double(), v.double(), g.double(), beta.double(),
                             initial_state=None if S0 is None else S0.double(), output_final_state=True,
-                            cu_seqlens=cu, use_qk_l2norm=True, backend="chunk")
+                            cu_seqlens=cu, use_qk_l2norm=l2norm, backend="chunk")
 
 
 # GDN_CHECK_BASE: a config (configs.py) under every check of the correct section, which then checks
@@ -60,16 +60,18 @@ BASE = config(os.environ["GDN_CHECK_BASE"]) if os.environ.get("GDN_CHECK_BASE") 
 
 
 def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, graph=False,
-          dims=(H, HV, K, V), **kw):
+          dims=(H, HV, K, V), l2norm=True, **kw):
     """One call against the float64 reference. graph: the call is captured in a CUDA graph (after a
     warm-up outside it), the inputs refilled with other random values, the output poisoned, and the
-    graph replayed: what is checked is the replay. dims: the problem's H, HV, K, V."""
+    graph replayed: what is checked is the replay. dims: the problem's H, HV, K, V. l2norm=False:
+    unit-norm q and k, called without use_qk_l2norm."""
     if not any(text in name for text in os.environ.get("GDN_CHECK_ONLY", "").split("|")):   # GDN_CHECK_ONLY
         return None
     H, HV, K, V = dims
     start = time.perf_counter()                               # (printed: compiles show as seconds)
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
-    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed)
+    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed,
+                                      unit_keys=not l2norm)
     N = B if cu is None else len(cu) - 1
     S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
     kw = {**BASE, **kw}
@@ -77,7 +79,7 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
 
     def call():
         return triton_forward(q, k, v, g, beta, scale=K ** -0.5, initial_state=S0, output_final_state=True,
-                              cu_seqlens=cu, use_qk_l2norm=True, out=o, **kw)
+                              cu_seqlens=cu, use_qk_l2norm=l2norm, out=o, **kw)
     if graph:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -87,7 +89,8 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured):
             o, S = call()
-        fresh = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed + 1)
+        fresh = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed + 1,
+                               unit_keys=not l2norm)
         for static, new in zip((q, k, v, g, beta), fresh):
             static.copy_(new)
         o.fill_(float("nan"))
@@ -111,7 +114,7 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
         q, k = q[:, :, sel_qk], k[:, :, sel_qk]
         v, g, beta, S0 = v[:, :, sel_v], g[:, :, sel_v], beta[:, :, sel_v], S0[:, sel_v]
         o, S = o[:, :, sel_v], S[:, sel_v]
-    o_ref, S_ref = reference(q, k, v, g, beta, S0, cu)
+    o_ref, S_ref = reference(q, k, v, g, beta, S0, cu, l2norm)
     eo, es = rel(o, o_ref), rel(S, S_ref)
     ok = finite and eo <= bound and es <= bound
     if not ok:
@@ -210,6 +213,12 @@ def correctness() -> None:
         check(f"bf16 B1 T4099 K{k_dim} V{v_dim} 2 segments", 1, 4099, torch.bfloat16, num_segments=2,
               dims=(2, 4, k_dim, v_dim))
     check("bf16 B2 T300 K32 V48 factors wu", 2, 300, torch.bfloat16, factors="wu", dims=(2, 4, 32, 48))
+    # Without l2norm (unit q and k given): the fp16 walks read them as given (v50), no automatic split.
+    check("bf16 B1 T32k decaying, no l2norm", 1, 32768, torch.bfloat16, l2norm=False)
+    check("bf16 B8 T4k (wide blocks), no l2norm", 8, 4096, torch.bfloat16, l2norm=False)
+    check("bf16 varlen 32k in 7 pieces (one empty), no l2norm", 1, 32768, torch.bfloat16, cu=cu16, l2norm=False)
+    check("bf16 B1 T8192 (Triton walk), no l2norm", 1, 8192, torch.bfloat16, l2norm=False)
+    check("fp16 B8 T4k (wide blocks), no l2norm", 8, 4096, torch.float16, l2norm=False)
 
 
 SHAPES = [(1, 32768), (8, 4096)]

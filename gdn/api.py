@@ -35,6 +35,10 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         cu_seqlens: ``[N + 1]`` int32/int64 boundaries of N packed sequences (B must be 1); each
             sequence starts from its own initial state. Empty sequences are allowed.
         use_qk_l2norm: l2-normalise q and k over K first (Qwen3.5's ``use_qk_l2norm_in_kernel``).
+            Without it the keys should keep beta |k|^2 <= 2 (else the recurrence itself may grow),
+            and "triton" takes bf16 / fp16 q and k into fp16 matrix products as given: exact for
+            entries of magnitude 2^-16 to 65504; a larger entry overflows to inf and gives NaN in o
+            (never a quiet error; gdn.ops.triton.walk_f16).
         chunk_size: tokens per chunk (a power of two; 64 by default); "triton" takes 16, 32 or 64.
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or

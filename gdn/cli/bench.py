@@ -9,6 +9,11 @@ provider that cannot be captured is skipped there). On a GPU the fwd rows also r
 provider's host milliseconds a call (timing.host_ms: its Python and launches); where ours nears its
 time, the row measured the host, not the kernels. Prints a table, writes results.json and a PNG plot
 (when matplotlib is installed) under --out.
+
+--l2norm picks the q/k normalisation regimes: "on" (use_qk_l2norm=True on raw randn q, k: what the
+Qwen3.5 / Qwen3-Next layers call) and "off" (unit-norm q, k given, no normalisation asked: GUIDE.md
+section 2's peer table). They are timed apart because the peers normalise in extra passes over q and
+k before their kernels (FLA's and FlashQLA's l2norm_fwd), while ours normalises inside the WY pass.
 """
 from __future__ import annotations
 
@@ -90,9 +95,18 @@ def _providers(device: str, names, configs=()):
     return providers
 
 
-def _call(fn, inputs, cu, backward):
+def parse_l2norm(spec: str) -> list[bool]:
+    """'on,off' -> [True, False]: the use_qk_l2norm regimes to time."""
+    table = {"on": True, "off": False}
+    items = spec.split(",")
+    if not items or any(item not in table for item in items):
+        raise ValueError(f"--l2norm: expected a comma-separated subset of on,off, got {spec!r}")
+    return [table[item] for item in items]
+
+
+def _call(fn, inputs, cu, backward, l2norm=True):
     q, k, v, g, beta = inputs
-    kwargs = dict(initial_state=None, output_final_state=True, cu_seqlens=cu, use_qk_l2norm=True)
+    kwargs = dict(initial_state=None, output_final_state=True, cu_seqlens=cu, use_qk_l2norm=l2norm)
     if not backward:
         with torch.no_grad():
             return fn(q, k, v, g, beta, **kwargs)
@@ -101,22 +115,22 @@ def _call(fn, inputs, cu, backward):
     return o, S
 
 
-def _graph_replay(fn, inputs, cu):
+def _graph_replay(fn, inputs, cu, l2norm=True):
     """The replay of a CUDA graph that captured one forward of fn on these inputs (warmed up on a side
     stream first, as capture asks): every kernel of the call launched with no host work."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            _call(fn, inputs, cu, False)
+            _call(fn, inputs, cu, False, l2norm)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _call(fn, inputs, cu, False)
+        _call(fn, inputs, cu, False, l2norm)
     return graph.replay
 
 
-def _timed_calls(providers, inputs, cu, mode: str, where: str) -> dict:
+def _timed_calls(providers, inputs, cu, mode: str, where: str, l2norm: bool = True) -> dict:
     """name -> what to time for one row of mode "fwd", "fwd+bwd" or "fwd-graph" (a CUDA graph's replay,
     _graph_replay), each provider called once first (its compilation). A provider that raises is
     skipped there (printed, with where: the row's shape and gates), except a ValueError of ours or a
@@ -126,11 +140,11 @@ def _timed_calls(providers, inputs, cu, mode: str, where: str) -> dict:
     ready = {}
     for name, fn in providers.items():
         try:
-            _call(fn, inputs, cu, backward)
+            _call(fn, inputs, cu, backward, l2norm)
             if mode == "fwd-graph":
-                ready[name] = _graph_replay(fn, inputs, cu)
+                ready[name] = _graph_replay(fn, inputs, cu, l2norm)
             else:
-                ready[name] = lambda fn=fn: _call(fn, inputs, cu, backward)
+                ready[name] = lambda fn=fn: _call(fn, inputs, cu, backward, l2norm)
         except (NotImplementedError, torch.cuda.OutOfMemoryError, RuntimeError, ValueError) as err:
             if isinstance(err, ValueError) and not name.startswith("gdn[") and mode != "fwd-graph":
                 raise
@@ -148,30 +162,35 @@ def run_bench(args) -> None:
     dtype = torch.bfloat16 if on_gpu else torch.float32
     shapes = parse_shapes(args.shapes or (GPU_SHAPES if on_gpu else CPU_SHAPES))
     names = args.providers.split(",") if args.providers else None
+    regimes = parse_l2norm(getattr(args, "l2norm", None) or ("on,off" if on_gpu else "on"))
     providers = _providers(device, names, args.configs.split(",") if args.configs else ())
     if not on_gpu:
         torch.set_num_threads(os.cpu_count() or 1)
     machine = torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or platform.machine()}, " \
         f"{torch.get_num_threads()} threads"
     print(f"gdn bench | {machine} | torch {torch.__version__} | H={args.H} HV={HV} K={args.K} V={args.V} "
-          f"{str(dtype)[6:]} inputs, fp32 gates/states, l2norm, final state | providers: {', '.join(providers)}")
+          f"{str(dtype)[6:]} inputs, fp32 gates/states, final state | providers: {', '.join(providers)}")
     modes = ["fwd"] + (["fwd-graph"] if graphs else []) + (["fwd+bwd"] if args.backward else [])
     rows = []
     # The first shape of a GPU run ran slow for every provider in some runs (0.55 against 0.36 ms at
     # B1 x T8k, benchmarks/NOTES.md v5-v25, cause unknown): it is timed twice there, the first pass
-    # (its first gates) printed and not kept.
+    # (its first gates and l2norm regime) printed and not kept.
     warm = args.warm_pass == "on" or (args.warm_pass == "auto" and on_gpu)
     passes = [(False, shape) for shape in shapes[:1] if warm] + [(True, shape) for shape in shapes]
     for keep, (label, B, T, pieces) in passes:
-        for gates in args.gates.split(",")[:None if keep else 1]:
-            inputs = random_problem(B, T, args.H, HV, args.K, args.V, device=device, dtype=dtype, gates=gates)
+        for gates, l2norm in [(gates, l2norm) for gates in args.gates.split(",") for l2norm in regimes][
+                :None if keep else 1]:
+            qk = "l2norm" if l2norm else "unit qk"
+            inputs = random_problem(B, T, args.H, HV, args.K, args.V, device=device, dtype=dtype, gates=gates,
+                                    unit_keys=not l2norm)
             cu = random_cu_seqlens(T, pieces, device) if pieces else None
             for mode in modes:
-                row = dict(shape=label, gates=gates, mode=mode, ms={}, peak_gib={}, host_ms={}, B=B, T=T)
+                row = dict(shape=label, gates=gates, l2norm=l2norm, mode=mode, ms={}, peak_gib={}, host_ms={},
+                           B=B, T=T)
                 backward = mode == "fwd+bwd"
                 if backward:
                     inputs = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in inputs)
-                ready = _timed_calls(providers, inputs, cu, mode, f"{label} {gates}")
+                ready = _timed_calls(providers, inputs, cu, mode, f"{label} {gates} {qk}", l2norm)
                 # Every provider compiled first, then timed in ROUNDS interleaved rounds, the fastest
                 # round kept: a provider timed right after another's compile (tens of seconds, the
                 # GPU idle) may run on lowered clocks (benchmarks/NOTES.md, v12 and v14).
@@ -187,11 +206,11 @@ def run_bench(args) -> None:
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
                         base = torch.cuda.memory_allocated()
-                        _call(fn, inputs, cu, backward)
+                        _call(fn, inputs, cu, backward, l2norm)
                         torch.cuda.synchronize()
                         row["peak_gib"][name] = (torch.cuda.max_memory_allocated() - base) / 2 ** 30
                     host = f" (host {row['host_ms'][name]:.3f} ms a call)" if name in row["host_ms"] else ""
-                    print(f"  {label:>16} {gates:>8} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms{host}"
+                    print(f"  {label:>16} {gates:>8} {qk:>7} {mode:>7} {name:>9}: {row['ms'][name]:9.3f} ms{host}"
                           f"{'' if keep else '   (warm-up pass, not kept)'}", flush=True)
                 row["floor_ms"] = floor_ms(B, T, args.H, HV, args.K, args.V, 2) if on_gpu else None
                 if keep:
@@ -206,7 +225,7 @@ def _print_table(rows, providers) -> None:
     floor, and (where rows recorded it: GPU fwd) our host ms a call."""
     peers = [p for p in providers if not p.startswith("gdn")]
     with_host = any("gdn" in r.get("host_ms", {}) for r in rows)
-    head = "| shape | gates | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
+    head = "| shape | gates | q, k | mode | " + " | ".join(f"{p} ms" for p in providers) + " | " + \
         " | ".join(f"{p}/gdn" for p in peers) + " | gdn % of floor |" + (" gdn host ms |" if with_host else "")
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -217,7 +236,8 @@ def _print_table(rows, providers) -> None:
         floor = f"{100 * r['floor_ms'] / ms['gdn']:.0f}%" if "gdn" in ms and r["floor_ms"] else "-"
         host = r.get("host_ms", {})
         tail = (f" {host['gdn']:.3f} |" if "gdn" in host else " - |") if with_host else ""
-        print(f"| {r['shape']} | {r['gates']} | {r['mode']} | " + " | ".join(cells) + " | " +
+        qk = "l2norm" if r.get("l2norm", True) else "unit"
+        print(f"| {r['shape']} | {r['gates']} | {qk} | {r['mode']} | " + " | ".join(cells) + " | " +
               " | ".join(ratios) + f" | {floor} |" + tail)
 
 
@@ -244,7 +264,8 @@ def _write(rows, out: str, machine: str) -> None:
     for i, name in enumerate(names):
         ax.bar([j + i * width for j in range(len(fwd))], [r["ms"].get(name, 0) for r in fwd], width, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(fwd))])
-    ax.set_xticklabels([f"{r['shape']}\n{r['gates']}" for r in fwd], fontsize=7)
+    ax.set_xticklabels([f"{r['shape']}\n{r['gates']}" + ("" if r.get("l2norm", True) else "\nunit qk")
+                        for r in fwd], fontsize=7)
     ax.set_yscale("log")                         # peers span two orders of magnitude
     ax.set_ylabel("forward ms, log scale (lower is better)")
     ax.set_title(f"gdn bench: {machine}")

@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     bench.add_argument("--K", type=int, default=128)
     bench.add_argument("--V", type=int, default=128)
     bench.add_argument("--gates", default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
+    bench.add_argument("--l2norm", default=None,
+                       help="on (use_qk_l2norm=True, raw q, k), off (unit-norm q, k, no l2norm) or on,off "
+                            "(default: on,off on a GPU, on on a CPU)")
     bench.add_argument("--providers", default=None, help="comma-separated subset of providers to time")
     bench.add_argument("--configs", default=None,
                        help="GPU: also time these named Triton configurations (gdn/ops/triton/configs.py)")

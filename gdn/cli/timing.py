@@ -43,13 +43,19 @@ def host_ms(fn, device: str, *, calls: int = 10) -> float:
     return elapsed * 1e3 / calls
 
 
-def random_problem(B, T, H, HV, K, V, *, device="cpu", dtype=torch.float32, gates="decaying", seed=0):
+def random_problem(B, T, H, HV, K, V, *, device="cpu", dtype=torch.float32, gates="decaying", seed=0,
+                   unit_keys=False):
     """q, k, v in ``dtype``; g, beta float32. gates: "decaying" = logsigmoid(randn + 4) (memory fades
-    within a few chunks), "long" = logsigmoid(randn + 9) (long memory), as in GUIDE.md section 2."""
+    within a few chunks), "long" = logsigmoid(randn + 9) (long memory), as in GUIDE.md section 2.
+    unit_keys: q and k rows scaled to unit l2 norm (for calls without use_qk_l2norm, where raw randn
+    keys, of norm ~sqrt(K), would make the delta rule diverge)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shift = {"decaying": 4.0, "long": 9.0}[gates]
-    q = torch.randn(B, T, H, K, generator=gen).to(device, dtype)
-    k = torch.randn(B, T, H, K, generator=gen).to(device, dtype)
+    q = torch.randn(B, T, H, K, generator=gen)
+    k = torch.randn(B, T, H, K, generator=gen)
+    if unit_keys:
+        q, k = (torch.nn.functional.normalize(x, dim=-1) for x in (q, k))
+    q, k = q.to(device, dtype), k.to(device, dtype)
     v = torch.randn(B, T, HV, V, generator=gen).to(device, dtype)
     g = torch.nn.functional.logsigmoid(torch.randn(B, T, HV, generator=gen) + shift).to(device)
     beta = torch.rand(B, T, HV, generator=gen).to(device)

@@ -5,12 +5,18 @@ import json
 import pytest
 import torch
 
-from gdn.cli.bench import floor_ms, parse_shapes, random_cu_seqlens, run_bench
+from gdn.cli.bench import floor_ms, parse_l2norm, parse_shapes, random_cu_seqlens, run_bench
 
 
 def test_parse_shapes():
     assert parse_shapes("1x8192,8x4096,varlen32768/16") == [
         ("1x8192", 1, 8192, None), ("8x4096", 8, 4096, None), ("varlen32768/16", 1, 32768, 16)]
+
+
+def test_parse_l2norm():
+    assert parse_l2norm("on,off") == [True, False] and parse_l2norm("off") == [False]
+    with pytest.raises(ValueError, match="--l2norm: expected"):
+        parse_l2norm("yes")
 
 
 def test_random_cu_seqlens_are_valid_boundaries():
@@ -37,7 +43,7 @@ def test_bench_cpu_end_to_end(tmp_path, capsys):
     assert [r["shape"] for r in rows] == ["1x64", "varlen96/3"]
     for r in rows:
         assert set(r["ms"]) == {"gdn", "gdn-scan"} and all(t > 0 for t in r["ms"].values())
-    assert "| 1x64 | decaying | fwd |" in capsys.readouterr().out
+    assert "| 1x64 | decaying | l2norm | fwd |" in capsys.readouterr().out
 
 
 def test_bench_keeps_rows_of_a_run_cut_short(tmp_path, monkeypatch):
@@ -71,7 +77,7 @@ def test_bench_graph_rows_time_the_replay(monkeypatch, capsys):
     providers = bench._providers("cpu", ["gdn", "gdn-scan"])
     replay = lambda: None
 
-    def fake_replay(fn, inputs, cu):
+    def fake_replay(fn, inputs, cu, l2norm):
         if fn is providers["gdn-scan"]:
             raise RuntimeError("operation not permitted when stream is capturing")
         return replay
@@ -143,9 +149,30 @@ def test_table_shows_our_host_ms_where_rows_recorded_it(capsys):
     bench._print_table(rows, ["gdn", "fla"])
     out = capsys.readouterr().out
     assert "| gdn % of floor | gdn host ms |" in out
-    assert "| 1x32768 | decaying | fwd | 0.900 | 2.000 | 2.22x | 31% | 0.750 |" in out
-    assert "| 1x32768 | decaying | fwd-graph | 0.850 | 1.900 | 2.24x | 33% | - |" in out
+    assert "| 1x32768 | decaying | l2norm | fwd | 0.900 | 2.000 | 2.22x | 31% | 0.750 |" in out
+    assert "| 1x32768 | decaying | l2norm | fwd-graph | 0.850 | 1.900 | 2.24x | 33% | - |" in out
     for r in rows:
         r["host_ms"] = {}
     bench._print_table(rows, ["gdn", "fla"])
     assert "host ms" not in capsys.readouterr().out
+
+
+def test_bench_times_both_l2norm_regimes(tmp_path, monkeypatch, capsys):
+    """--l2norm on,off: a row per regime; "off" rows are called without use_qk_l2norm on unit-norm q, k
+    (so they are finite: raw randn keys would make the delta rule diverge), and the table says which."""
+    import gdn.cli.bench as bench
+    calls = []
+    ours = bench._providers("cpu", ["gdn"])["gdn"]
+
+    def spy(q, k, *args, use_qk_l2norm=None, **kwargs):
+        calls.append((use_qk_l2norm, float(k.float().norm(dim=-1).sub(1).abs().max())))
+        return ours(q, k, *args, use_qk_l2norm=use_qk_l2norm, **kwargs)
+    monkeypatch.setattr(bench, "_providers", lambda device, names, configs: {"gdn": spy})
+    run_bench(_args(tmp_path, shapes="1x64", l2norm="on,off"))
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["l2norm"] for r in rows] == [True, False]
+    assert {flag for flag, _ in calls} == {True, False}
+    assert all(dev < 1e-3 for flag, dev in calls if flag is False)       # unit keys without l2norm
+    assert all(dev > 0.5 for flag, dev in calls if flag is True)         # raw randn keys with it
+    out = capsys.readouterr().out
+    assert "| 1x64 | decaying | l2norm | fwd |" in out and "| 1x64 | decaying | unit | fwd |" in out

@@ -314,8 +314,7 @@ def _chunk_fwd_kernel(
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
     tl.static_assert(not FUSED or T_IN, "FUSED: the writes from T")
-    tl.static_assert(not F16 or (T_IN and not HAS_MAPS and USE_L2NORM),
-                     "F16: the writes from T, one segment, l2-normalised q and k")
+    tl.static_assert(not F16 or (T_IN and not HAS_MAPS), "F16: the writes from T, one segment")
     b_sig = tl.full([], 1.0, tl.float32)         # F16: the walk holds sigma S (walk_f16)
     if F16 and HAS_H0:
         b_sig = pow2_below_inverse(tile_max(b_S))

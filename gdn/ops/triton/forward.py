@@ -11,9 +11,10 @@ and launches the kernels.
 2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
    GPU, the affine maps that join the segments of a sequence exactly.
 3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs. By default (bf16
-   inputs with l2norm) its products take one fp16 operand each, the state and values scaled by
-   powers of two (gdn.ops.triton.walk_f16), from fp16 copies of T diag(beta), P and the normalised
-   q and k that the WY pass stores; elsewhere two bf16 parts per computed operand. On an sm_90 GPU
+   and fp16 inputs) its products take one fp16 operand each, the state and values scaled by
+   powers of two (gdn.ops.triton.walk_f16), from the fp16 copies of T diag(beta), P, q and k (the
+   last two normalised with l2norm) that the WY pass stores; elsewhere two bf16 parts per computed
+   operand. On an sm_90 GPU
    the Gluon walks (gdn.ops.triton.walk_gluon, walk_gluon_t) and the certified split of one
    sequence into segments (gdn.ops.triton.split_walk) take its place where they apply.
 
@@ -93,7 +94,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         else:
             w_parts = torch.empty(p.state_split, B, T, HV, K, dtype=torch.bfloat16, device=q.device)
             w, w2, w3 = w_parts[0], w_parts[1], w_parts[p.state_split - 1]
-        if use_qk_l2norm and not p.f16:          # (the fp16 walk reads the normalised copies qn, kn instead)
+        if use_qk_l2norm and not p.f16:          # (the fp16 walk reads the WY pass's fp16 copies qn, kn instead)
             rq = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
             rk = torch.empty(B, T, HV, dtype=torch.float32, device=q.device)
     else:
@@ -147,7 +148,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one
     maps_A = maps_A2 = maps_A3 = maps_B = dummy
-    walk_q, walk_k = (qn, kn) if p.f16 else (q, k)      # the fp16 walk reads the WY pass's normalised copies
+    walk_q, walk_k = (qn, kn) if p.f16 else (q, k)      # the fp16 walk reads the WY pass's fp16 copies
     tma = ((fused_walk or (p.f16 and BV <= 32)) if p.walk_tma is None else p.walk_tma and p.t_in) and \
         planning._tma_ready(walk_q, walk_k, v, o)
     if tma and q.is_cuda and not planning.triton_interpreting():
@@ -251,7 +252,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             walk_descs = shared_descriptors(qn, kn, tb, attn, BT)     # (the split's walk takes the host's)
             with on_stream(side):
                 if not skip_late:
-                    skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s)
+                    skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s,
+                                                         k=None if use_qk_l2norm else k)
                     heads_ready = None if side is None else side.record_event()
                 state_walk(0, 1 << 30, h0, ht, done=done)
             if posterior:

@@ -192,8 +192,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     gdn.ops.triton.inverse.unit_lower_inverse).
 
     The defaults are the configuration measured correct and fastest on an H200 (benchmarks/NOTES.md,
-    v5 to v14; gdn/ops/triton/configs.py). bf16 inputs take the split paths (with l2norm, the walk
-    on fp16 operands: ``operands``; fp16 inputs with l2norm take that walk too, v14), where every
+    v5 to v14; gdn/ops/triton/configs.py). bf16 inputs take the split paths (the walk on fp16
+    operands: ``operands``; fp16 inputs take that walk too, v14; without l2norm since v50), where every
     product runs on bf16 matrix units with each computed fp32 operand cut into bf16 parts (gdn.ops.triton.split_dot):
     ``wy_split`` parts for the WY pass (default 2, 16 bits, as the split walk keeps the state; 3,
     exact as fp32, when the walk is not split and so keeps fp32),
@@ -235,7 +235,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``operands`` the walk's matrix operands where it forms the writes from T diag(beta) (bf16 inputs,
     one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits; bf16 inputs only)
     or "fp16" (one fp16 operand, 11 bits, the state and values scaled by powers of two:
-    gdn.ops.triton.walk_f16; needs use_qk_l2norm and |scale| <= 256; bf16 or fp16 inputs). None
+    gdn.ops.triton.walk_f16; needs |scale| <= 256; bf16 or fp16 inputs). None
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
     their tf32 walk on an H200).
     ``walk="gluon"`` (fp16 walk only, CUDA only: Gluon has no interpreter) runs the state walk as
@@ -256,11 +256,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``split_walk`` None (the default): the automatic split where the default takes the Gluon walk
     beside the WY pass (one or a few dense sequences x heads, V a multiple of 64, K of 64 or 128,
     outside graph capture) from split_walk.AUTO_MIN_CHUNKS chunks on ("auto": at any length): a
-    small kernel over g marks the heads whose warm-ups forget (split_walk.forgetting_heads); the
+    small kernel over g marks the heads whose warm-ups forget (split_walk.forgetting_heads; without
+    l2norm also over the warm-ups' keys, and only with the posterior check); the
     others walk in order beside the WY pass as without it, the marked ones in certified segments
     after it (walk_gluon_t, 64 columns, one stage). False (or 0): never.
-    True or an int (walk="gluon_t", dense sequences whose chunks read no other sequence's rows;
-    opt-in): the certified split of gdn.ops.triton.split_walk for every head, after the WY pass. On
+    True or an int (walk="gluon_t", dense sequences whose chunks read no other sequence's rows,
+    use_qk_l2norm; opt-in): the certified split of gdn.ops.triton.split_walk for every head, after the WY pass. On
     an H200 (v25, B1, bf16) 24-27% faster than the ordered walk from 32k tokens on with gates that
     forget, 29-33% slower with long memory (every segment then waits, and the WY pass no longer runs
     beside the walk): the automatic split chooses per head instead. True takes
@@ -388,7 +389,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
     # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
     # fp16 and v as it is (their values are not sums of bf16 parts, which the bf16-split walk needs).
-    f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and use_qk_l2norm and abs(scale) <= 256
+    f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and abs(scale) <= 256
                   and attention == "stored" and factors != "wu" and wy_split != 0
                   and num_segments in (None, 1) and state_split == 2 and not fast_dots and wy_dtype == torch.float32)
     split_inputs = q.dtype == torch.bfloat16 or f16_inputs
@@ -398,7 +399,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     wy_split = wy_split if split_inputs else 0
     if wy_heads is not None and wy_heads > 1 and wy_split == 0:
         raise ValueError("wy_heads > 1 needs the split WY pass: bf16 inputs with wy_split unset, 2 or 3, or "
-                         "fp16 inputs on the fp16 walk (use_qk_l2norm, one segment, state_split=2, "
+                         "fp16 inputs on the fp16 walk (|scale| <= 256, one segment, state_split=2, "
                          "fast_dots=False, wy_dtype=torch.float32)")
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
@@ -467,11 +468,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     t_in = attn_in and P == 1 and factors != "wu"
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
-    f16_fits = t_in and use_qk_l2norm and abs(scale) <= 256
+    # Without l2norm too (q and k then go to fp16 as given: walk_f16's docstring; v50: that call had
+    # taken the bf16-parts walk, 2.2x slower at B8 x T4k on an H100).
+    f16_fits = t_in and abs(scale) <= 256
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
-        raise ValueError("operands='fp16' needs bf16 or fp16 inputs, use_qk_l2norm=True, |scale| <= 256 and the "
+        raise ValueError("operands='fp16' needs bf16 or fp16 inputs, |scale| <= 256 and the "
                          "walk that forms the writes from T diag(beta) (one segment, factors='t', "
                          "attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
@@ -563,6 +566,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError("split_walk must be None or 'auto' (the default), False (or 0), True or an int of at "
                          f"least 1 (segments), got {split_walk!r}")
     forced_split = False if auto_split else split_walk       # (0: never, as False)
+    if forced_split and not use_qk_l2norm:
+        raise ValueError("split_walk (the certified split) needs use_qk_l2norm=True: its certificate takes every "
+                         "token's map e^g (I - beta k k^T) to shrink, which unit keys and beta in [0, 2] ensure")
     if walk == "gluon_t" and not (BV == 64 and K in (64, 128)):
         raise ValueError(f"walk='gluon_t' needs block_v 64 and K of 64 or 128, got block_v={BV}, K={K}")
     if walk in ("gluon", "gluon_t"):
@@ -606,6 +612,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if split_heads_in == "wy" and split_check == "bounds":
         raise ValueError("split_heads_in='wy' takes split_check='posterior' (the bounds beside the WY pass need the "
                          "heads before it)")
+    # Without l2norm the automatic split takes only the heads whose warm-ups' keys keep beta |k|^2 <= 2
+    # (split_walk.forgetting_heads with the keys: its own kernel), so only with the posterior check
+    # and the heads from that kernel (the bounds and the WY pass's marks take unit keys).
+    auto_split = auto_split and (use_qk_l2norm or (split_check == "posterior" and split_heads_in == "kernel"))
     for name, value in (("bounds_priority", bounds_priority), ("walk_priority", walk_priority)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an int (a CUDA stream priority), got {value!r}")

@@ -40,7 +40,11 @@ Automatic (triton_forward's default split_walk=None, from AUTO_MIN_CHUNKS chunks
 default walks one or a few sequences beside the WY pass): forgetting_heads marks, from g and beta,
 the heads whose every warm-up forgets by 2^FORGET_LOG2 with its betas in [0, 2]; those take the
 split after the WY pass, every other head keeps the ordered walk beside it (walk_gluon's SKIP,
-walk_t_kernel's CHOSEN). On an H200 (benchmarks/NOTES.md v26) B1 x T128k went 4.75 -> 3.68 ms with
+walk_t_kernel's CHOSEN). Without l2norm the keys are not unit vectors, and a token's map shrinks
+only where beta |k|^2 <= 2: forgetting_heads then also reads the warm-ups' keys (_keys_grow_kernel)
+and leaves out every head with a token past that; the posterior check's argument then holds as
+above (the walk's fp16 keys are the bf16 inputs exactly), and the bounds (which take unit keys) are
+not used. On an H200 (benchmarks/NOTES.md v26) B1 x T128k went 4.75 -> 3.68 ms with
 decaying gates and stayed at 4.76-4.78 with long memory.
 
 Forced (``split_walk=True`` or P, every head): after the WY pass by default (split_segments: two
@@ -239,13 +243,14 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
 
 @triton.jit
 def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
-            BLOCK: tl.constexpr):
+            BLOCK: tl.constexpr, keys_grow=None, i_n=0, NHV=0, KEYS: tl.constexpr = False):
     """Whether value heads o_h (a vector, where m_h) of one sequence forget in every warm-up:
     int32 1 or 0 each (forgetting_heads' test; g and beta from token row ``base`` x HV on). Segment
     p's warm-up, chunks max(s_p - W, 0) .. s_p - 1 (s_p = L0 + (p - 1) L), forgets if its summed
     log-decay is at most forget_ln and its betas lie in [0, 2], or if it starts at the sequence's
     start (then it is exact). Reads [BLOCK tokens, heads] tiles: a warm-up of up to BLOCK tokens is
-    one round of loads."""
+    one round of loads. KEYS (keys not l2-normalised): also where keys_grow [P - 1, NHV] (of
+    sequence i_n) says no token of the warm-up has beta |k|^2 above 2 (_keys_grow_kernel)."""
     o_t = tl.arange(0, BLOCK)
     chosen = (o_h >= 0).to(tl.int32)
     for p in range(1, P):
@@ -260,25 +265,57 @@ def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr
             acc += tl.sum(tl.load(g + offs, mask=m, other=0.0), 0)
             b_beta = tl.load(beta + offs, mask=m, other=0.0)
             growing |= tl.max(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0)
+        if KEYS:
+            growing |= tl.load(keys_grow + (p - 1) * NHV + i_n * HV + o_h, mask=m_h, other=1)
         chosen = chosen & (((acc <= forget_ln) & (growing == 0)) | (first == 0)).to(tl.int32)
     return chosen
 
 
 @triton.jit
-def _forgetting_kernel(g, beta, heads, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
-                       HB: tl.constexpr, BLOCK: tl.constexpr):
+def _keys_grow_kernel(k, beta, keys_grow, T, L, W, L0, NHV, H: tl.constexpr, HV: tl.constexpr,
+                      K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, TB: tl.constexpr, GP: tl.constexpr):
+    """keys_grow [P - 1, N x HV] int32: 1 where a token of segment p's warm-up (p = 1 .. P - 1, as
+    forgets') has beta |k|^2 above 2, so that its map e^g (I - beta k k^T) may grow the state (keys
+    not l2-normalised), else 0. One program a sequence, q/k head and segment, grid (N x H, P - 1):
+    each key's squared norm once, against the betas of the value heads that read it ([TB, GP] tiles,
+    GP the group's HV / H padded to a power of two)."""
+    i_nh, i_p = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    G: tl.constexpr = HV // H
+    first = tl.maximum(L0 + i_p * L - W, 0) * BT
+    end = (L0 + i_p * L) * BT
+    o_t, o_k, o_g = tl.arange(0, TB), tl.arange(0, BK), tl.arange(0, GP)
+    m_g = o_g < G
+    grow = tl.zeros([GP], tl.int32)
+    for t0 in range(first, end, TB):
+        rows = i_n.to(tl.int64) * T + t0 + o_t
+        m_t = (t0 + o_t) < end
+        b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
+                      other=0.0).to(tl.float32)
+        b_n = tl.sum(b_k * b_k, axis=1)
+        b_beta = tl.load(beta + rows[:, None] * HV + i_h * G + o_g[None, :], mask=m_t[:, None] & m_g[None, :],
+                         other=0.0)
+        grow |= tl.max((b_beta * b_n[:, None] > 2.0).to(tl.int32), axis=0)
+    tl.store(keys_grow + i_p * NHV + i_n * HV + i_h * G + o_g, grow, mask=m_g)
+
+
+@triton.jit
+def _forgetting_kernel(g, beta, heads, keys_grow, T, P, L, W, L0, forget_ln, NHV, HV: tl.constexpr,
+                       BT: tl.constexpr, HB: tl.constexpr, BLOCK: tl.constexpr, KEYS: tl.constexpr):
     """heads [N x HV] int32 (forgetting_heads): one program a sequence and HB value heads, grid
     (N, cdiv(HV, HB)), reading [BLOCK tokens, HB heads] tiles (HB adjacent fp32 a token: whole
-    sectors); the test: forgets'."""
+    sectors); the test: forgets' (KEYS: with _keys_grow_kernel's keys_grow)."""
     i_n, i_b = tl.program_id(0), tl.program_id(1)
     o_h = i_b * HB + tl.arange(0, HB)
     m_h = o_h < HV
-    chosen = forgets(g, beta, i_n.to(tl.int64) * T * HV, o_h, m_h, T, P, L, W, L0, forget_ln, HV, BT, BLOCK)
+    chosen = forgets(g, beta, i_n.to(tl.int64) * T * HV, o_h, m_h, T, P, L, W, L0, forget_ln, HV, BT, BLOCK,
+                     keys_grow, i_n, NHV, KEYS)
     tl.store(heads + i_n * HV + o_h, chosen, mask=m_h)
 
 
 def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS,
-                     L0: int | None = None, forget_log2: float = FORGET_LOG2) -> torch.Tensor:
+                     L0: int | None = None, forget_log2: float = FORGET_LOG2,
+                     k: torch.Tensor | None = None) -> torch.Tensor:
     """Which heads the automatic split walks in segments: [B x HV] int32, 1 where every segment
     p >= 1's warm-up (the W chunks before s_p = L0 + (p - 1) L, fewer at the sequence's start; L0
     None: L) forgets, its summed log-decay at most forget_log2 ln 2, with its betas in [0, 2], else
@@ -288,13 +325,23 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     pass starts after it, NOTES.md v31). A guess of the certificate's outcome, never a substitute
     for it: a chosen head whose warm-up does not certify still waits for the segment before
     (exact). With forget_log2 = inf: only the betas' test (the heads the posterior check may
-    certify: Split.trusted)."""
+    certify: Split.trusted). k [B, T, H, K] (bf16 or fp16, contiguous): the keys as the walk reads
+    them, for calls without l2norm, whose maps shrink only where beta |k|^2 <= 2: a head with a
+    warm-up token past that is not chosen (one more small kernel, _keys_grow_kernel, over the
+    warm-ups' keys)."""
     B, T, HV = g.shape
+    L0 = L if L0 is None else L0
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
     HB = min(8, next_pow2(HV))
     forget_ln, block = forgets_constants(W, BT, forget_log2)
-    launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, T, P, L, W, L if L0 is None else L0,
-           forget_ln, HV=HV, BT=BT, HB=HB, BLOCK=block, num_warps=8)
+    keys_grow = heads
+    if k is not None and P > 1:
+        H, K = k.shape[2], k.shape[3]
+        keys_grow = torch.empty(P - 1, B * HV, dtype=torch.int32, device=g.device)
+        launch(_keys_grow_kernel, (B * H, P - 1), k, beta, keys_grow, T, L, W, L0, B * HV, H=H, HV=HV, K=K,
+               BK=next_pow2(K), BT=BT, TB=128, GP=next_pow2(HV // H), num_warps=8)
+    launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, keys_grow, T, P, L, W, L0, forget_ln, B * HV,
+           HV=HV, BT=BT, HB=HB, BLOCK=block, KEYS=k is not None, num_warps=8)
     return heads
 
 

@@ -8,12 +8,16 @@ the walk on single fp16 operands gives o 1.72e-3 / 1.77e-3 and S 4.2e-4 / 5.6e-4
 (FLA's rounding) and the bf16 output's own rounding is 1.66e-3. Each product is then one product.
 
 fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to fp16 unscaled:
-* q and k are l2-normalised before rounding (|entries| <= 1; this mode needs use_qk_l2norm: the WY
-  pass stores them so, [tokens, H, K] in fp16, which the walk loads as it loads q and k), and the
-  WY pass's T diag(beta) (|entries| <= 1 for beta in [0, 1]: the delta rule's projections are
-  contractions; a few times that for beta up to 2) and output attention P (|entries| <= |scale|) are
-  stored in fp16 as they are (inputs that make the recurrence itself blow up, beta far above 2 or
-  growing gates g > 0, would overflow there: NaN, never a quiet error);
+* q and k: the WY pass stores fp16 copies, [tokens, H, K], which the walk loads as it loads q and k.
+  With use_qk_l2norm they are l2-normalised before rounding (|entries| <= 1). Without it they are the
+  inputs as given: exact for bf16 entries of magnitude 2^-16 to 65504 and for fp16 inputs; smaller
+  bf16 entries keep an absolute error <= 2^-25; larger ones overflow (inf, so NaN in o: never a quiet
+  error; operands="bf16_parts" keeps bf16's range). Stable keys (beta |k|^2 <= 2, which the delta
+  rule itself needs) keep the bounds below within a factor |k| of the unit-key ones.
+  The WY pass's T diag(beta) (|entries| <= 1 for beta |k|^2 in [0, 1]: the delta rule's projections
+  are contractions; a few times that up to 2) and output attention P (|entries| <= |scale| |q| |k|)
+  are stored in fp16 as they are (inputs that make the recurrence itself blow up, beta |k|^2 far
+  above 2 or growing gates g > 0, would overflow there: NaN, never a quiet error);
 * the state, the values and everything linear in them (Z, U) go to fp16 scaled by powers of two
   (exact in fp32: the scaling changes no number), each from the largest entry of what it scales, so
   that its largest entry lands near 1 (its smaller ones then keep fp16's bits; a loose bound would
@@ -21,8 +25,9 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   doubled S's error at K = 128 in the interpreter):
   - the walk holds S^ = sigma S (sigma a power of two per program), reads it to fp16 as it is;
   - tau, the scale of Z = v - e^G (k S) and of the writes U = T diag(beta) Z, from this chunk's
-    max |v| and max |S| e^{G_0} (e^G <= e^{G_0} with g <= 0; |k . S_col| <= sqrt(K) max |S|, so
-    |Z tau| <= 1 + sqrt(K) and |U tau| <= BT (1 + sqrt(K)): inside fp16's range);
+    max |v| and max |S| e^{G_0} (e^G <= e^{G_0} with g <= 0; |k . S_col| <= |k| sqrt(K) max |S|,
+    so |Z tau| <= 1 + |k| sqrt(K) and |U tau| <= BT (1 + |k| sqrt(K)): inside fp16's range for
+    |k| up to ~80);
   - the next sigma from the two parts of the new state, e^{G_C} max |S| and 4 max |U| (the new S^
     then stays below 1 + BT / 4), so that the larger lands near 1.
   Ratios of scales meet e^G inside one exponent (exp2(G log2 e + log2 tau - log2 sigma)): a gate
@@ -122,11 +127,11 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    F16_DOT: tl.constexpr, TMA: tl.constexpr = False):
     """Chunk c of the walk from S^ = sigma S (b_S [BK, BV] fp32, |entries| near 1; b_sig = sigma):
     writes the chunk's outputs, returns (S^, sigma) after it (module docstring). tensors and where as
-    chunk_fwd._walk_chunk's (the WY pass stored T diag(beta) at tb, P at attn and the l2-normalised q
-    and k at q, k in fp16, G at Gc)."""
+    chunk_fwd._walk_chunk's (the WY pass stored T diag(beta) at tb, P at attn and q and k at q, k in
+    fp16, l2-normalised with use_qk_l2norm, G at Gc)."""
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
-    # q and k: the WY pass's l2-normalised fp16 copies (|entries| <= 1).
+    # q and k: the WY pass's fp16 copies (with l2norm normalised, |entries| <= 1; else as given).
     b_qn, b_kn, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
         q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, False, F16_DOT, True, rq, rk, True, TMA)
     b_v = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA).to(tl.float32)

@@ -283,7 +283,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       GROUP: gl.constexpr, SKIP: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
                       num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns).
-    d_q, d_k: descriptors of the l2-normalised fp16 q, k [tokens, H x K], blocks [BT, K]; d_v: v
+    d_q, d_k: descriptors of the WY pass's fp16 q, k [tokens, H x K] (l2-normalised with l2norm), blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks [BT,
     BT] (wy_kernel's F16 stores). Gc [tokens, HV] fp32 (the cumulative log-decays; G_BY_HEAD: [HV,
     rows], addressing.decay_ptrs); o [tokens, HV, V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0,

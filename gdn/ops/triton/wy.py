@@ -109,7 +109,7 @@ def store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hv, o_t, m_t,
     q k^T and no decay tile. b_qkn [BT, BT] the products of the queries and keys as stored, scaled by
     scale r_q and r_k (scaled_gram: once for a chunk's value heads), b_D the decay matrix. Two parts:
     16 bits, where the output keeps 8. F16: one fp16 tile at attn_out (11 bits; |entries| <= |scale|
-    with l2-normalised q and k: walk_f16). TRANSPOSED: P^T from (k q^T) scaled and D^T, stored where P
+    with l2-normalised q and k, |scale| |q| |k| without: walk_f16). TRANSPOSED: P^T from (k q^T) scaled and D^T, stored where P
     goes."""
     b_P = b_qkn * b_D
     if TRANSPOSED:
@@ -155,8 +155,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     two bf16 parts at t_out, t2_out [tokens, HV, BT] (row i of the chunk at token row0 + i): the walk
     then forms U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass
     neither reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
-    output attention as one fp16 tile each, and the l2-normalised q and k in fp16 at qn_out, kn_out
-    [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
+    output attention as one fp16 tile each, and q and k in fp16 (l2-normalised with l2norm) at qn_out,
+    kn_out [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
     k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
     FALLBACK_AFTER (F16 with INVERSE="f16_subst"): every head's fp16 inverse formed unconditionally, its
@@ -400,8 +400,8 @@ def wy_kernel(
     log-decays G at G_out [tokens, HV] (G_BY_HEAD: [HV, g_rows], g_rows the tokens of all sequences;
     addressing.decay_ptrs), so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
-    output attention as one fp16 tile each (t_out, attn_out) and the l2-normalised q and k in fp16
-    (qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
+    output attention as one fp16 tile each (t_out, attn_out) and q and k in fp16 (l2-normalised with
+    l2norm; qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to

@@ -84,7 +84,7 @@ def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):
 
 
 @pytest.mark.parametrize("dtype, l2norm, operands, walk", [(torch.float32, True, None, "walk on fp32 tiles"),
-                                                         (torch.float16, False, None, "walk on fp32 tiles"),
+                                                         (torch.float16, False, None, "fp16 walk"),
                                                          (torch.bfloat16, True, None, "fp16 walk")])
 def test_q_late_is_refused_where_the_walk_does_not_have_it(dtype, l2norm, operands, walk):
     """q_late is the bf16-parts walk's: on the fp32-tile walk it left q unread (o all wrong, S right),

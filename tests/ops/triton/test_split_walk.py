@@ -157,13 +157,17 @@ def test_feed_chunk_is_feed_order(NT, L, W):
     assert out.cpu().tolist() == split_walk.feed_order(NT, P, L, W)
 
 
-def _forgetting_reference(g, beta, P, L, W, L0=None, forget_log2=split_walk.FORGET_LOG2, BT=BT):
+def _forgetting_reference(g, beta, P, L, W, L0=None, forget_log2=split_walk.FORGET_LOG2, BT=BT, k=None):
     """forgetting_heads in Python: a head is chosen where every later segment's warm-up (before
     s_p = L0 + (p - 1) L, chunks of BT tokens) starts at the sequence's start, or sums its log-decays
-    (float64) to at most forget_log2 ln 2 with every beta in [0, 2]."""
+    (float64) to at most forget_log2 ln 2 with every beta in [0, 2] (and, given keys k [B, T, H, K],
+    every beta |k|^2 at most 2)."""
     import math
     B, _, HV = g.shape
     L0 = L if L0 is None else L0
+    if k is not None:           # each value head's keys' squared norms: beta |k|^2 <= 2 as a bound on beta
+        sq = k.double().pow(2).sum(-1).repeat_interleave(HV // k.shape[2], dim=2)
+        beta = torch.where(beta * sq > 2, torch.full_like(beta, 3.0), beta)
     chosen = torch.ones(B * HV, dtype=torch.int32)
     for n in range(B):
         for h in range(HV):
@@ -207,6 +211,30 @@ def test_forgetting_heads_choose_the_heads_that_forget():
     # Warm-ups longer than the segments before them start at the sequence's start: every head chosen.
     zeros = torch.zeros(1, 3 * BT, 2, device=DEVICE)
     assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
+
+
+def test_forgetting_heads_with_keys_that_are_not_normalised():
+    """Without l2norm (forgetting_heads given the keys), a head whose warm-up holds a token with
+    beta |k|^2 above 2 is not chosen (its map may grow the state), keys of any norm elsewhere do not
+    matter, and a key read by two value heads counts against each by its own beta; unit keys choose
+    what no keys do. Against the reference, for segments of equal length and the posterior check's."""
+    P, L, W, H, K = 4, 4, 2, 2, 16
+    T = P * L * BT
+    g = torch.full((2, T, 4), -2.0)
+    beta = torch.full((2, T, 4), 0.5)
+    k = torch.nn.functional.normalize(torch.randn(2, T, H, K), dim=-1)
+    assert split_walk.forgetting_heads(g, beta, BT, P, L, W, k=k.bfloat16()).tolist() == [1] * 8
+    k[0, 2 * L * BT - 5, 0] *= 2.5              # in segment 2's warm-up: beta |k|^2 = 3.1 for heads 0 and 1
+    beta[0, 2 * L * BT - 5, 1] = 0.3            # ... 1.9 for head 1
+    k[1, 2 * L * BT - 3 * BT, 1] *= 10.0        # before that warm-up: read by none
+    k[1, 3 * L * BT - 1, 1] *= 1.5              # segment 3's warm-up's last token, heads 2 and 3: 1.125
+    for L0, forget in ((None, split_walk.FORGET_LOG2), (6, float("inf"))):
+        P_ = P if L0 is None else 3
+        heads = split_walk.forgetting_heads(g.to(DEVICE), beta.to(DEVICE), BT, P_, L, W, L0, forget,
+                                            k=k.bfloat16().to(DEVICE)).cpu()
+        assert heads.tolist() == _forgetting_reference(g, beta, P_, L, W, L0, forget, k=k.bfloat16()).tolist()
+    heads = split_walk.forgetting_heads(g, beta, BT, P, L, W, k=k.bfloat16())
+    assert heads.tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
 
 
 @pytest.mark.skipif(not triton_interpreting(), reason="runs the recorded WY launch in Triton's interpreter on CPU "
@@ -331,7 +359,7 @@ def test_posterior_refuses_other_geometries():
             split_walk.posterior(P, L0, L, W, g, beta, 8, 8, BT, 8)
 
 
-def _record_walks(monkeypatch, T, **kw):
+def _record_walks(monkeypatch, T, l2norm=True, **kw):
     """The kernels one call of the launcher's defaults would launch at B = 1, 1 x 1 heads of 128 x 64
     (recorded, not run: meta tensors, the interpreter's 4 SMs), as [(kernel, constexprs)]. With
     operands="fp16", which a GPU's 132 SMs choose at 32 value heads, and 4 SMs at one would not."""
@@ -344,14 +372,15 @@ def _record_walks(monkeypatch, T, **kw):
     monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     seen = []
     for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
-                         (split_walk, "_forgetting_kernel"), (split_walk, "_chunk_growth_kernel"),
+                         (split_walk, "_forgetting_kernel"), (split_walk, "_keys_grow_kernel"),
+                         (split_walk, "_chunk_growth_kernel"),
                          (split_walk, "_segment_bounds_kernel")):
         spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((name, kw)), run=False,
                      module=module)
     q = torch.empty(1, T, 1, 128, dtype=torch.bfloat16, device="meta")
     v = torch.empty(1, T, 1, 64, dtype=torch.bfloat16, device="meta")
     g = torch.zeros(1, T, 1, device="meta")
-    forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, output_final_state=True,
+    forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=l2norm, output_final_state=True,
                            operands="fp16", **kw)
     return seen
 
@@ -364,7 +393,9 @@ def test_automatic_split_routing(monkeypatch):
     the bounds' two kernels come after the ordered walk (whose programs they would crowd out), then
     the warm-ups and the segments (SPLIT 1, 2). The forced split (every head) takes the posterior
     check too. Shorter sequences and split_walk=False keep the ordered walk alone, "auto" splits
-    them too."""
+    them too. Without l2norm the heads' choice also reads the warm-ups' keys (the certificate's
+    contraction needs beta |k|^2 <= 2: _keys_grow_kernel first), with the posterior check only: with
+    split_check="bounds" (its bound takes unit keys) every head walks in order."""
     T = split_walk.AUTO_MIN_CHUNKS * 64
     names = lambda seen: [name for name, _ in seen]
     seen = _record_walks(monkeypatch, T, split_launches=2)
@@ -392,25 +423,36 @@ def test_automatic_split_routing(monkeypatch):
                     _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
         assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
     assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(one)      # "auto": any length
+    unnormalised = _record_walks(monkeypatch, T, l2norm=False)
+    assert names(unnormalised) == ["wy_kernel", "_keys_grow_kernel", "_forgetting_kernel", "walk_gluon_kernel",
+                                   "walk_t_kernel"]
+    assert dict(unnormalised)["_forgetting_kernel"]["KEYS"] and not dict(one)["_forgetting_kernel"]["KEYS"]
+    for ordered in (_record_walks(monkeypatch, T, l2norm=False, split_check="bounds"),
+                    _record_walks(monkeypatch, T, l2norm=False, split_heads_in="wy")):
+        assert names(ordered) == ["wy_kernel", "walk_gluon_kernel"]
+        assert dict(ordered)["walk_gluon_kernel"]["WAIT"] and not dict(ordered)["walk_gluon_kernel"]["SKIP"]
 
 
 def test_split_walk_refusals(monkeypatch):
     """split_walk outside what it does: a ValueError that names it (meta tensors: before any launch):
     another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
-    segment or warm-up counts."""
+    segment or warm-up counts, no l2norm (the certificate takes unit keys)."""
     import gdn.ops.triton.forward as forward
     import gdn.ops.triton.plan as planning
     monkeypatch.setattr(planning, "triton_interpreting", lambda: False)
     monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
 
-    def call(B=2, T=128, **kw):
+    def call(B=2, T=128, l2norm=True, **kw):
         q = torch.empty(B, T, 1, 64, dtype=torch.bfloat16, device="meta")
         v = torch.empty(B, T, 2, 64, dtype=torch.bfloat16, device="meta")
         g = torch.zeros(B, T, 2, device="meta")
-        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=True, **kw)
+        return forward.triton_forward(q, q, v, g, g, scale=0.125, use_qk_l2norm=l2norm, **kw)
     gluon_t = dict(walk="gluon_t", operands="fp16", block_v=64, walk_stages=1)
     with pytest.raises(ValueError, match="split_walk .* takes walk='gluon_t'"):
         call(walk="triton", split_walk=True)
+    for split in (True, 2):
+        with pytest.raises(ValueError, match="split_walk .* needs use_qk_l2norm=True"):
+            call(split_walk=split, l2norm=False, **gluon_t)
     with pytest.raises(ValueError, match="split_walk .* cu_seqlens"):
         call(B=1, cu_seqlens=torch.tensor([0, 50, 128], device="meta"), split_walk=2, **gluon_t)
     with pytest.raises(ValueError, match="split_walk .* B=2, T=100"):
@@ -601,6 +643,32 @@ def test_automatic_split_on_mixed_heads(h0, check, heads_in):
     assert (ok[:, :2] == 0).all()                 # the long-memory heads' programs returned at once (CHOSEN)
     if check == "posterior":
         assert (ok[0, 2:] == 2).all()
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+def test_automatic_split_without_l2norm():
+    """Without l2norm the automatic split reads the warm-ups' keys too: as test_automatic_split_on_mixed_heads
+    (heads 0 and 1 long memory, posterior check), with q and k as given (keys of norm ~1) and one key
+    of segment 1's warm-up (chunk 50) made 3 times longer, where value head 2 reads it with beta 0.1
+    (beta |k|^2 ~0.9: still chosen) and head 3 with beta 0.9 (~8: its map may grow the state, so it
+    walks in order). The reference's result and the Triton walk's, every output row written."""
+    from gdn.ops.triton import triton_forward
+    T = 256 * 64 + 37
+    q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
+                                         initial_state=True, seed=33, device="cuda")
+    g[:, :, :2] = 0.0
+    k[0, 50 * 64 + 5, 1] *= 3
+    beta[0, 50 * 64 + 5, 2:] = torch.tensor([0.1, 0.9])
+    call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0)
+    split_walk.last_heads = None
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), operands="fp16", split_walk="auto",
+                          **call)
+    heads, ok = split_walk.last_heads, split_walk.last_outcome
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
+    assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
+    assert heads.tolist() == [0, 0, 1, 0]
+    assert (ok[1:, 2] == 1).all() and (ok[:, 3] == 0).all()
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")

@@ -15,22 +15,23 @@ pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.mark.parametrize("l2norm", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("T, H, HV, K, V, C", [(1, 1, 1, 16, 16, 16), (150, 2, 4, 32, 32, 32),
                                               (65, 1, 2, 32, 48, 64), (100, 2, 2, 64, 64, 16)])
-def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype, monkeypatch):
-    """bf16 and fp16 inputs with l2norm take the fp16 walk by default: o within the inputs' rounding,
-    the state within fp16's (S ~4e-4 against float64, where two bf16 parts give ~3e-5 and one bf16
-    part ~3e-3).
+def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype, l2norm, monkeypatch):
+    """bf16 and fp16 inputs take the fp16 walk by default, with l2norm or without (q of norm ~sqrt(K),
+    keys of norm ~1, as given): o within the inputs' rounding, the state within fp16's (S ~4e-4
+    against float64, where two bf16 parts give ~3e-5 and one bf16 part ~3e-3).
     Fewer than 8 chunks a sequence: on a GPU, longer sequences of so few heads are cut into segments,
     which keep the bf16 parts (test_fp16_walk_where_it_does_not_apply)."""
     seen = launch_flags(monkeypatch)
     q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=dtype, initial_state=True, seed=T,
                                          device=DEVICE)
     for h0 in (S0, None):
-        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=True)
+        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=h0, use_qk_l2norm=l2norm)
         o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
-                                    use_qk_l2norm=True, chunk_size=C, backend="triton")
+                                    use_qk_l2norm=l2norm, chunk_size=C, backend="triton")
         assert o.dtype == dtype and S.dtype == torch.float32
         assert_close(o, o_ref, rtol=1e-2 if dtype == torch.bfloat16 else 2e-3, name="o")
         assert_close(S, S_ref, rtol=1.5e-3, name="S")
@@ -86,26 +87,25 @@ def test_fp16_walk_on_a_state_erased_within_a_chunk():
 
 
 def test_fp16_walk_where_it_does_not_apply(monkeypatch):
-    """Without l2norm (q and k unbounded), with segments, with |scale| > 256 or w and u stored
-    (factors="wu") the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16
-    there is an error naming what it needs."""
+    """With segments, with |scale| > 256 or w and u stored (factors="wu") the default keeps the bf16
+    parts (fp16 inputs the tf32 walk), and asking for fp16 there is an error naming what it needs."""
     from gdn.ops.triton import triton_forward
     seen = launch_flags(monkeypatch)
     q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
-    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)                         # no l2norm
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
     triton_forward(q, k, v, g, beta, scale=300.0, chunk_size=32, use_qk_l2norm=True)
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, num_segments=2)          # no l2norm either
     assert seen == [False, False, False]
-    for kw in (dict(), dict(use_qk_l2norm=True, num_segments=2), dict(use_qk_l2norm=True, scale=300.0),
+    for kw in (dict(num_segments=2), dict(use_qk_l2norm=True, num_segments=2), dict(use_qk_l2norm=True, scale=300.0),
                dict(use_qk_l2norm=True, factors="wu")):
         with pytest.raises(ValueError, match="operands='fp16' needs"):
             triton_forward(q, k, v, g, beta, **{"scale": 0.25, "chunk_size": 32, "operands": "fp16", **kw})
     with pytest.raises(ValueError, match="operands must be"):
         triton_forward(q, k, v, g, beta, scale=0.25, operands="fp8")
-    # fp16 inputs: without l2norm or in segments the tf32 walk (not bf16 parts, which need bf16 values)
+    # fp16 inputs: in segments the tf32 walk (not bf16 parts, which need bf16 values)
     q, k, v = q.half(), k.half(), v.half()
     seen.clear()
-    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32)
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, num_segments=2)
     triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
     wy_splits = launch_flags(monkeypatch, "wy_kernel", "WY_SPLIT")
     for kw in (dict(fast_dots=True), dict(state_split=0), dict(wy_dtype=torch.bfloat16)):     # knobs of that walk
@@ -115,3 +115,35 @@ def test_fp16_walk_where_it_does_not_apply(monkeypatch):
         triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, wy_split=-1)
     with pytest.raises(ValueError, match="operands='bf16_parts' needs bf16 inputs"):
         triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, operands="bf16_parts")
+
+
+def test_fp16_walk_without_l2norm_takes_q_and_k_as_given(monkeypatch):
+    """Without l2norm the WY pass rounds q and k to fp16 as given: queries of norms 1e-2 to 1e3 and keys
+    of norms 0.05 to 1.4 (entries within fp16's range) come out as exact as unit ones, row by row,
+    against float64 on the same bf16 inputs and as the bf16-parts walk (bf16's range) does; a query
+    entry past fp16's largest (65504) gives infinities in o, never a quiet error."""
+    from gdn.ops.triton import triton_forward
+    from tests.reference import with_row_norms
+    seen = launch_flags(monkeypatch)
+    K = 32
+    q, k, v, g, beta, S0 = random_inputs(1, 130, 2, 4, K, K, dtype=torch.float64, initial_state=True, seed=11)
+    gen = torch.Generator().manual_seed(1)
+    q = q / q.norm(dim=-1, keepdim=True) * 10 ** (5 * torch.rand(q.shape[:-1] + (1,), generator=gen) - 2)
+    k = with_row_norms(k, 0.05, 1.4, seed=2)
+    q, k, v = (x.bfloat16().double() for x in (q, k, v))                # the inputs as the kernels see them
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0)
+    dev = lambda x, dtype=torch.bfloat16: x.to(DEVICE, dtype)
+    args = (dev(q), dev(k), dev(v), dev(g, torch.float32), dev(beta, torch.float32))
+    call = dict(scale=K ** -0.5, initial_state=dev(S0, torch.float32), output_final_state=True, chunk_size=32)
+    rows = lambda x: x.double().cpu().reshape(-1, K)
+    row_error = lambda o: float(((rows(o) - rows(o_ref)).norm(dim=1) / rows(o_ref).norm(dim=1)).max())
+    o, S = triton_forward(*args, **call)
+    assert seen == [True]
+    assert row_error(o) < 1e-2, f"o rows off by up to {row_error(o):.2e}"
+    assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    o, _ = triton_forward(*args, operands="bf16_parts", **call)
+    assert row_error(o) < 1e-2, f"bf16 parts: o rows off by up to {row_error(o):.2e}"
+    big = args[0].clone()
+    big[0, 7, 1, 3] = 1e5
+    o, _ = triton_forward(big, *args[1:], **call)
+    assert not bool(torch.isfinite(o).all())

@@ -126,6 +126,23 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize("B, T", [(2, 1000), (1, 4096)])
+def test_gluon_walk_without_l2norm(B, T, walk):
+    """Without l2norm the Gluon walks read q and k as given (fp16 copies: queries of norm ~8 here, keys
+    ~1), by themselves (B = 2) and beside the WY pass (B = 1): within the fp16 walk's tolerances of the
+    reference and of the Triton walk, every output row written (NaN-poisoned)."""
+    from gdn.ops.triton import triton_forward
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 64, 64, dtype=torch.bfloat16, initial_state=True, seed=T + 1,
+                                         device="cuda")
+    call = dict(scale=64 ** -0.5, initial_state=S0, output_final_state=True, num_segments=1)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0)
+    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), **call, **_walk(walk))
+    o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
+    assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("B, T, packed", [(1, 4096, False), (3, 200, False), (1, 400, True)])
 def test_gluon_walk_descriptors_made_in_the_kernel(B, T, packed, walk):
     """walk_descriptors="kernel": each program makes its TMA descriptors from the tensors (Triton's
