@@ -242,6 +242,13 @@ def segment_errors(v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, h0: tor
 
 
 @triton.jit
+def warmup_tokens(p, L, W, L0, BT: tl.constexpr):
+    """Segment p's warm-up as tokens [first, end) of its sequence: chunks max(s_p - W, 0) .. s_p - 1,
+    s_p = L0 + (p - 1) L (forgets', _keys_grow_kernel's)."""
+    return tl.maximum(L0 + (p - 1) * L - W, 0) * BT, (L0 + (p - 1) * L) * BT
+
+
+@triton.jit
 def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr, BT: tl.constexpr,
             BLOCK: tl.constexpr, keys_grow=None, i_n=0, NHV=0, KEYS: tl.constexpr = False):
     """Whether value heads o_h (a vector, where m_h) of one sequence forget in every warm-up:
@@ -254,8 +261,7 @@ def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr
     o_t = tl.arange(0, BLOCK)
     chosen = (o_h >= 0).to(tl.int32)
     for p in range(1, P):
-        first = tl.maximum(L0 + (p - 1) * L - W, 0) * BT
-        end = (L0 + (p - 1) * L) * BT
+        first, end = warmup_tokens(p, L, W, L0, BT)
         acc = tl.zeros(o_h.shape, tl.float32)
         growing = tl.zeros(o_h.shape, tl.int32)
         for t0 in range(first, end, BLOCK):
@@ -282,8 +288,7 @@ def _keys_grow_kernel(k, beta, keys_grow, T, L, W, L0, NHV, H: tl.constexpr, HV:
     i_nh, i_p = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     G: tl.constexpr = HV // H
-    first = tl.maximum(L0 + i_p * L - W, 0) * BT
-    end = (L0 + i_p * L) * BT
+    first, end = warmup_tokens(i_p + 1, L, W, L0, BT)
     o_t, o_k, o_g = tl.arange(0, TB), tl.arange(0, BK), tl.arange(0, GP)
     m_g = o_g < G
     grow = tl.zeros([GP], tl.int32)
