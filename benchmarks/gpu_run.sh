@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (no package registry): unpack the peers, check correctness, time everything.
 # Usage (device tool, carry .peers and .tcache): bash benchmarks/gpu_run.sh [check|bench|all|SECTION...]
-#   check: every gpu_check.py section; bench: `gdn bench` with the peers; all: both (the default);
+#   check: every gpu_check.py section; bench: `gdn bench` with the peers (its default, six shapes x
+#   two gate regimes x two l2norm regimes, took ~540 s on an H100 in v50: cut it with BENCH_ARGS
+#   "--shapes ..." or "--l2norm on" to stay inside one call's 600 s); all: both (the default);
 #   any gpu_check.py section names (correct, kernels, time, profile, once, host): those sections,
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
 #   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
