@@ -213,7 +213,8 @@ def correctness() -> None:
         check(f"bf16 B1 T4099 K{k_dim} V{v_dim} 2 segments", 1, 4099, torch.bfloat16, num_segments=2,
               dims=(2, 4, k_dim, v_dim))
     check("bf16 B2 T300 K32 V48 factors wu", 2, 300, torch.bfloat16, factors="wu", dims=(2, 4, 32, 48))
-    # Without l2norm (unit q and k given): the fp16 walks read them as given (v50), no automatic split.
+    # Without l2norm (unit q and k given): the fp16 walks read them as given, and at B1 x T32k the
+    # automatic split checks the warm-ups' keys too (v50).
     check("bf16 B1 T32k decaying, no l2norm", 1, 32768, torch.bfloat16, l2norm=False)
     check("bf16 B8 T4k (wide blocks), no l2norm", 8, 4096, torch.bfloat16, l2norm=False)
     check("bf16 varlen 32k in 7 pieces (one empty), no l2norm", 1, 32768, torch.bfloat16, cu=cu16, l2norm=False)

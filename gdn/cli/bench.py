@@ -99,7 +99,7 @@ def parse_l2norm(spec: str) -> list[bool]:
     """'on,off' -> [True, False]: the use_qk_l2norm regimes to time."""
     table = {"on": True, "off": False}
     items = spec.split(",")
-    if not items or any(item not in table for item in items):
+    if any(item not in table for item in items):
         raise ValueError(f"--l2norm: expected a comma-separated subset of on,off, got {spec!r}")
     return [table[item] for item in items]
 
