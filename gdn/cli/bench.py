@@ -17,6 +17,7 @@ k before their kernels (FLA's and FlashQLA's l2norm_fwd), while ours normalises 
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -104,6 +105,11 @@ def parse_l2norm(spec: str) -> list[bool]:
     return [table[item] for item in items]
 
 
+def qk_label(l2norm: bool) -> str:
+    """A row's q/k regime as the table and the log name it."""
+    return "l2norm" if l2norm else "unit"
+
+
 def _call(fn, inputs, cu, backward, l2norm=True):
     q, k, v, g, beta = inputs
     kwargs = dict(initial_state=None, output_final_state=True, cu_seqlens=cu, use_qk_l2norm=l2norm)
@@ -178,9 +184,9 @@ def run_bench(args) -> None:
     warm = args.warm_pass == "on" or (args.warm_pass == "auto" and on_gpu)
     passes = [(False, shape) for shape in shapes[:1] if warm] + [(True, shape) for shape in shapes]
     for keep, (label, B, T, pieces) in passes:
-        for gates, l2norm in [(gates, l2norm) for gates in args.gates.split(",") for l2norm in regimes][
-                :None if keep else 1]:
-            qk = "l2norm" if l2norm else "unit qk"
+        cases = list(itertools.product(args.gates.split(","), regimes))
+        for gates, l2norm in cases[:None if keep else 1]:
+            qk = qk_label(l2norm)
             inputs = random_problem(B, T, args.H, HV, args.K, args.V, device=device, dtype=dtype, gates=gates,
                                     unit_keys=not l2norm)
             cu = random_cu_seqlens(T, pieces, device) if pieces else None
@@ -236,7 +242,7 @@ def _print_table(rows, providers) -> None:
         floor = f"{100 * r['floor_ms'] / ms['gdn']:.0f}%" if "gdn" in ms and r["floor_ms"] else "-"
         host = r.get("host_ms", {})
         tail = (f" {host['gdn']:.3f} |" if "gdn" in host else " - |") if with_host else ""
-        qk = "l2norm" if r.get("l2norm", True) else "unit"
+        qk = qk_label(r.get("l2norm", True))
         print(f"| {r['shape']} | {r['gates']} | {qk} | {r['mode']} | " + " | ".join(cells) + " | " +
               " | ".join(ratios) + f" | {floor} |" + tail)
 
