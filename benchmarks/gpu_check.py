@@ -220,6 +220,9 @@ def correctness() -> None:
     check("bf16 varlen 32k in 7 pieces (one empty), no l2norm", 1, 32768, torch.bfloat16, cu=cu16, l2norm=False)
     check("bf16 B1 T8192 (Triton walk), no l2norm", 1, 8192, torch.bfloat16, l2norm=False)
     check("fp16 B8 T4k (wide blocks), no l2norm", 8, 4096, torch.float16, l2norm=False)
+    # fp16 inputs without l2norm are the walks' q and k, no copies (v51): the split and packed sequences too.
+    check("fp16 B1 T32k decaying, no l2norm", 1, 32768, torch.float16, l2norm=False)
+    check("fp16 varlen 32k in 7 pieces (one empty), no l2norm", 1, 32768, torch.float16, cu=cu16, l2norm=False)
 
 
 SHAPES = [(1, 32768), (8, 4096)]
@@ -237,23 +240,26 @@ def selected_configs():
 
 
 TIME_DTYPE = os.environ.get("GDN_TIME_DTYPE", "bfloat16")
+TIME_L2NORM = os.environ.get("GDN_TIME_L2NORM", "on") == "on"
 
 
 def timing_problem(B, T):
     """q, k, v, g, beta of the timing sections: TIME_DTYPE inputs (bf16 unless GDN_TIME_DTYPE says
     otherwise, e.g. float16) at H, HV, K, V of this script; the gates of GDN_TIME_GATES ("decaying",
-    the default, or "long": gdn.cli.timing.random_problem's)."""
+    the default, or "long": gdn.cli.timing.random_problem's); GDN_TIME_L2NORM=off: unit-norm q and k,
+    timed without use_qk_l2norm (`gdn bench --l2norm off`'s regime)."""
     return random_problem(B, T, H, HV, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE),
-                          gates=os.environ.get("GDN_TIME_GATES", "decaying"))
+                          gates=os.environ.get("GDN_TIME_GATES", "decaying"), unit_keys=not TIME_L2NORM)
 
 
 def forward_call(inputs, variant, cu=None):
-    """One forward as the timing sections run it (l2norm, final state): variant = (triton_forward,
-    knobs) of a config name (snapshots.resolve: ours, or an earlier revision's)."""
+    """One forward as the timing sections run it (l2norm unless GDN_TIME_L2NORM=off, final state):
+    variant = (triton_forward, knobs) of a config name (snapshots.resolve: ours, or an earlier
+    revision's)."""
     q, k, v, g, beta = inputs
     forward, knobs = variant
     return lambda: forward(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                           use_qk_l2norm=True, cu_seqlens=cu, **knobs)
+                           use_qk_l2norm=TIME_L2NORM, cu_seqlens=cu, **knobs)
 
 
 def kernels() -> None:
@@ -286,7 +292,8 @@ def timing() -> None:
     shapes = parse_shapes(spec.replace(";", ","))
     rounds = int(os.environ.get("GDN_TIME_ROUNDS", "1"))
     configs = selected_configs()
-    print(f"\nconfig timing (fwd, {TIME_DTYPE}, l2norm, final state; median ms of do_bench"
+    print(f"\nconfig timing (fwd, {TIME_DTYPE}, {'l2norm' if TIME_L2NORM else 'unit q, k, no l2norm'}, final state; "
+          "median ms of do_bench"
           + (f", the fastest and the slowest of {rounds} rounds" if rounds > 1 else "") + ")")
     cells = {cname: [] for cname in configs}
     for label, B, T, pieces in shapes:

@@ -43,7 +43,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
-            input is float64 and chunk_size is 16, 32 or 64; on other devices "recurrent" for a
+            input is float64, K and V are at most 256 and chunk_size is 16, 32 or 64; on other devices "recurrent" for a
             single token (T = 1: a decode step), else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
@@ -115,13 +115,17 @@ def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
 
 
 def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
-    """The concrete algorithm for ``backend`` on these tensors (see :func:`gated_delta_rule`)."""
+    """The concrete algorithm for ``backend`` on the op's tensors (q, k, v, g, beta, initial_state; q
+    alone will do) (see :func:`gated_delta_rule`)."""
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     float64 = any(t is not None and t.dtype == torch.float64 for t in tensors)
     on_cuda = tensors[0].is_cuda
     if backend == "auto":
         # The kernels compute in float32 at best: float64 inputs get the exact float64 chunk algorithm.
-        kernels_fit = on_cuda and not float64 and chunk_size in TRITON_CHUNK_SIZES
+        # Head dims past TRITON_MAX_HEAD_DIM (the kernels' tiles) take it too.
+        head_dims = (tensors[0].shape[-1],) + ((tensors[2].shape[-1],) if len(tensors) > 2 else ())   # K, V
+        kernels_fit = (on_cuda and not float64 and chunk_size in TRITON_CHUNK_SIZES
+                       and all(d <= TRITON_MAX_HEAD_DIM for d in head_dims))
         if kernels_fit and not needs_grad and triton_available():
             return "triton"
         if not on_cuda and tensors[0].shape[1] == 1:
@@ -142,6 +146,7 @@ def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
 
 
 TRITON_CHUNK_SIZES = (16, 32, 64)      # 128 needs more shared memory than an H200 SM has (v3 notes)
+TRITON_MAX_HEAD_DIM = 256              # K and V (gdn.ops.triton.plan refuses larger ones by name)
 
 
 def triton_available() -> bool:

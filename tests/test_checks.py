@@ -83,13 +83,19 @@ def test_auto_keeps_float64_exact():
     assert resolve_backend("auto", q) == "chunk"
 
 
-def test_auto_picks_chunk_for_chunk_sizes_the_kernels_lack(monkeypatch):
+def test_auto_picks_chunk_for_chunk_sizes_and_head_dims_the_kernels_lack(monkeypatch):
     import gdn.api
     from types import SimpleNamespace
-    cuda_like = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, requires_grad=False)   # no GPU needed
+
+    def cuda_like(dim):         # no GPU needed
+        return SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, requires_grad=False, shape=(1, 8, 2, dim))
     monkeypatch.setattr(gdn.api, "triton_available", lambda: True)
-    assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=64) == "triton"
-    assert gdn.api.resolve_backend("auto", cuda_like, chunk_size=128) == "chunk"
+    q = cuda_like(128)
+    assert gdn.api.resolve_backend("auto", q, chunk_size=64) == "triton"
+    assert gdn.api.resolve_backend("auto", q, chunk_size=128) == "chunk"
+    assert gdn.api.resolve_backend("auto", q, q, cuda_like(256)) == "triton"
+    assert gdn.api.resolve_backend("auto", q, q, cuda_like(512)) == "chunk"      # V past the kernels' tiles
+    assert gdn.api.resolve_backend("auto", cuda_like(320)) == "chunk"           # K likewise
 
 
 def test_auto_runs_a_single_cpu_token_token_by_token():

@@ -5,53 +5,68 @@ import argparse
 import sys
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default at the end of its --help line, where it says something (not None: the
+    line explains that case; not a flag's False)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="gdn", description="Exact and fast Gated DeltaNet operators.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="3-token walkthrough, cross-check table, timing table, tiny model")
-    demo.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    fmt = dict(formatter_class=_DefaultsHelp)
+    demo = sub.add_parser("demo", **fmt, help="3-token walkthrough, cross-check table, timing table, tiny model")
+    demo.add_argument("--device", default="cpu", help="cpu or cuda")
     demo.add_argument("--max-T", type=int, default=2048, help="longest sequence in the timing table")
     demo.add_argument("--skip-model", action="store_true", help="skip the tiny transformers model part")
 
-    verify = sub.add_parser("verify", help="cross-check the backends against a float64 recurrence")
-    verify.add_argument("--device", default="cpu")
+    verify = sub.add_parser("verify", **fmt, help="cross-check the backends against a float64 recurrence")
+    verify.add_argument("--device", default="cpu", help="cpu or cuda")
     verify.add_argument("--backends", default="recurrent,chunk,scan",
-                        help="comma-separated: recurrent, chunk, scan, triton")
+                        help="comma-separated: recurrent, chunk, scan, triton (triton on the CPU: set "
+                             "TRITON_INTERPRET=1, Triton's interpreter)")
     verify.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated input dtypes")
     verify.add_argument("--T", default="1,63,65,300", help="comma-separated sequence lengths")
-    verify.add_argument("--B", type=int, default=2)
-    verify.add_argument("--H", type=int, default=2)
-    verify.add_argument("--HV", type=int, default=4)
-    verify.add_argument("--K", type=int, default=64)
-    verify.add_argument("--V", type=int, default=64)
-    verify.add_argument("--chunk-size", type=int, default=64)
+    verify.add_argument("--B", type=int, default=2, help="batch (sequences)")
+    verify.add_argument("--H", type=int, default=2, help="q/k heads")
+    verify.add_argument("--HV", type=int, default=4, help="value heads (a multiple of H)")
+    verify.add_argument("--K", type=int, default=64, help="q/k head dim")
+    verify.add_argument("--V", type=int, default=64, help="value head dim")
+    verify.add_argument("--chunk-size", type=int, default=64, help="tokens per chunk (chunk, scan, triton)")
     verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
     verify.add_argument("--l2norm", action="store_true",
                         help="use_qk_l2norm=True (raw randn keys); without it the keys are drawn with unit norm")
-    verify.add_argument("--seed", type=int, default=0)
+    verify.add_argument("--seed", type=int, default=0, help="random inputs' seed")
 
-    bench = sub.add_parser("bench", help="time gdn and every importable peer on the same inputs")
+    bench = sub.add_parser("bench", **fmt, help="time gdn and every importable peer on the same inputs")
     bench.add_argument("--device", default=None, help="cuda when available, else cpu")
     bench.add_argument("--shapes", default=None,
                        help="comma-separated BxT or varlenT/pieces, e.g. 1x8192,8x4096,varlen32768/16")
-    bench.add_argument("--H", type=int, default=16)
-    bench.add_argument("--HV", type=int, default=None, help="value heads (32 on GPU, 16 on CPU by default)")
-    bench.add_argument("--K", type=int, default=128)
-    bench.add_argument("--V", type=int, default=128)
+    bench.add_argument("--H", type=int, default=16, help="q/k heads")
+    bench.add_argument("--HV", type=int, default=None, help="value heads (default: 32 on a GPU, --H on a CPU)")
+    bench.add_argument("--K", type=int, default=128, help="q/k head dim")
+    bench.add_argument("--V", type=int, default=128, help="value head dim")
     bench.add_argument("--gates", default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
     bench.add_argument("--l2norm", default=None,
                        help="on (use_qk_l2norm=True, raw q, k), off (unit-norm q, k, no l2norm) or on,off "
                             "(default: on,off on a GPU, on on a CPU)")
-    bench.add_argument("--providers", default=None, help="comma-separated subset of providers to time")
+    bench.add_argument("--providers", default=None,
+                       help="comma-separated subset of gdn, gdn-scan (CPU), fla, flashqla (GPU), hf "
+                            "(transformers' torch version); None: every importable one")
     bench.add_argument("--configs", default=None,
                        help="GPU: also time these named Triton configurations (gdn/ops/triton/configs.py)")
-    bench.add_argument("--backward", action="store_true", help="also time forward+backward where supported")
+    bench.add_argument("--backward", action="store_true",
+                       help="also time forward+backward where supported (gdn's: the chunk backend)")
     bench.add_argument("--graphs", action="store_true",
                        help="GPU: also time each forward as a CUDA graph replay (mode fwd-graph: no host work a call)")
     bench.add_argument("--out", default="bench_out", help="folder for results.json and the PNG plot")
     bench.add_argument("--warm-pass", choices=["auto", "on", "off"], default="auto",
-                       help="time the first shape twice and keep the second (auto: on a GPU)")
+                       help="time the first shape's first case once more first, not kept (auto: on a GPU)")
 
     args = parser.parse_args(argv)
     if args.command == "demo":

@@ -6,8 +6,9 @@ and ``gdn bench --configs``.
 "default" is the launcher's defaults (v11-v15 in benchmarks/NOTES.md, measured correct and fastest on
 an H200): the output attention and T diag(beta) formed by the WY pass, the writes U by the walk, whose
 products take one fp16 operand each, the state and values scaled by powers of two (walk_f16; with
-l2norm, else the bf16-split walk of v10: every computed fp32 operand cut into two bf16 parts, each
-product of parts as one matrix product), its tiles moved by TMA at one program an SM, and on a GPU,
+or without l2norm since v50, in one segment: where segments are forced, the bf16-split walk of v10,
+every computed fp32 operand cut into two bf16 parts, each product of parts as one matrix product),
+its tiles moved by TMA at one program an SM, and on a GPU,
 where the walk leaves room, the WY pass running beside it (one launch each, the walk waiting on the
 WY pass's counts; elsewhere the WY pass runs first, at 168 registers a thread), varlen sequences
 walked longest first. "bf16 parts" is v10's default walk; the
@@ -40,6 +41,7 @@ CONFIGS = {
     "wy product": dict(inverse="product"),
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
     "decays by token": dict(decays_layout="tokens"),  # G stored [tokens, HV] for the Gluon walks too (before v44)
+    "qk copies": dict(qk_copies=True),                # fp16 inputs without l2norm: the WY pass's copies (before v51)
     "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "wy substitution": dict(inverse="substitution"),

@@ -84,10 +84,17 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     # 1. The state-free pass over every chunk, in parallel. The split state walk reads from it T diag(beta)
     #    (or w) as bf16 parts and the l2-norm factors of q and k.
     w = w2 = w3 = u = rq = rk = tb = tb2 = qn = kn = dummy
+    # fp16 inputs without l2norm are the fp16 walk's q and k themselves (plan's qk_copies), where TMA
+    # can read them (16-byte aligned starts; the copies are fresh allocations). Elsewhere the WY
+    # pass's STORE_QK keeps its default.
+    qk_copies = not p.f16 or p.qk_copies or not (q.data_ptr() % 16 == 0 and k.data_ptr() % 16 == 0)
     if p.state_split > 0:
         if p.t_in and p.f16:
             tb = tb2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
-            qn, kn = torch.empty(2, B, T, H, K, dtype=torch.float16, device=q.device)
+            if qk_copies:
+                qn, kn = torch.empty(2, B, T, H, K, dtype=torch.float16, device=q.device)
+            else:
+                qn, kn = q, k
         elif p.t_in:
             tb_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             tb, tb2 = tb_parts[0], tb_parts[1]
@@ -143,7 +150,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
             FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
-            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, **p.common, **_maxnreg(p.wy_maxnreg))
+            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, STORE_QK=qk_copies, **p.common,
+            **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
     fused_walk = p.fused and p.t_in and BV <= 32 and not p.f16     # each product of parts as one

@@ -92,6 +92,7 @@ class Plan:
     attn_in: bool                 # the output attention and G stored by the WY pass
     t_in: bool                    # T diag(beta) stored (the walk forms the writes U)
     f16: bool                     # the walk on fp16 operands (walk_f16 and the Gluon walks)
+    qk_copies: bool               # ... reading the WY pass's fp16 copies of q and k (else q and k themselves)
     wy_heads: int
     wy_fallback: str
     wy_maxnreg: int | None
@@ -179,7 +180,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
                  split_launches=None, split_heads_in="kernel", walk_descriptors="host",
-                 decays_layout=None) -> Plan | None:
+                 decays_layout=None, qk_copies=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -348,7 +349,11 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     log-decays G, "tokens" ([tokens, HV]) or "heads" ([HV, tokens]: a chunk's 64 values of one head
     in 256 contiguous bytes instead of 64 cache lines, whose loads the split walk waited out each
     chunk; the Gluon walks only). Default: "heads" where a Gluon walk runs (v44 on an H100: the split
-    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens".
+    walk 6.6% faster under ncu, 495.7 -> 463.0 us, B1 x T32k ~3%), else "tokens". ``qk_copies``
+    (the fp16 walk): whether the WY pass writes fp16 copies of q and k for the walk to read (True) or
+    the walk reads q and k themselves (False: fp16 inputs without l2norm only, which equal their copies
+    bit for bit; triton_forward still copies inputs whose start is not 16-byte aligned, for TMA).
+    Default: copies only where they differ from the inputs.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -479,6 +484,19 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                          "attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
     assert not (q.dtype == torch.float16 and state_split > 0 and not f16), "fp16 inputs on the bf16-split walk"
+    # The fp16 walk reads q and k in fp16, l2-normalised with l2norm: copies that the WY pass writes,
+    # except for fp16 inputs without l2norm, which are those copies already (0.27 GB less written at
+    # B1 x T32k; the same bits). qk_copies=True keeps the copies there too (tests, A/B).
+    copies_needed = use_qk_l2norm or q.dtype != torch.float16
+    if qk_copies not in (None, True, False):
+        raise ValueError(f"qk_copies must be None, True or False, got {qk_copies!r}")
+    if qk_copies is not None and not f16:
+        raise ValueError("qk_copies applies to the fp16 walk (operands='fp16' applies), and this call does not "
+                         "take it")
+    if qk_copies is False and copies_needed:
+        raise ValueError("qk_copies=False needs fp16 inputs without use_qk_l2norm (otherwise the fp16 walk reads "
+                         f"q and k converted or normalised), got {q.dtype} inputs, use_qk_l2norm={use_qk_l2norm}")
+    qk_copies = f16 and (copies_needed or bool(qk_copies))
     if q_late and (state_split == 0 or f16):
         # Only the bf16-parts walk loads q late; the others read q with k or not at all (the fp32-tile
         # walk then formed its outputs from zeros: a wrong answer, found by a random-knob sweep).
@@ -637,7 +655,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         wy_maxnreg = 168
     return Plan(B=B, T=T, H=H, K=K, HV=HV, V=V, N=N, BT=BT, BK=BK, BV=BV, NV=NV, NT=NT, BLOCK=BLOCK, P=P, L=L,
                 precision=precision, dot_dtype=dot_dtype, f16_dot=f16_dot, wy_dtype=wy_dtype, wy_split=wy_split,
-                state_split=state_split, inverse=inverse, attn_in=attn_in, t_in=t_in, f16=f16, wy_heads=wy_heads,
+                state_split=state_split, inverse=inverse, attn_in=attn_in, t_in=t_in, f16=f16,
+                qk_copies=qk_copies, wy_heads=wy_heads,
                 wy_fallback=wy_fallback, wy_maxnreg=wy_maxnreg, num_warps=num_warps, num_stages=num_stages, walk=walk,
                 walk_stages=walk_stages, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
                 walk_loads=walk_loads, walk_tma=walk_tma, q_late=q_late, fast_dots=fast_dots,

@@ -143,7 +143,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      DOT_DTYPE: tl.constexpr, NSPLIT: tl.constexpr, W_PARTS: tl.constexpr,
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
                      F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
-                     FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False):
+                     FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False,
+                     STORE_QK: tl.constexpr = True):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -156,7 +157,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     then forms U = T diag(beta) (v - diag(r e^G) k S) itself (gdn.ops.triton.chunk_fwd), and this pass
     neither reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each, and q and k in fp16 (l2-normalised with l2norm) at qn_out,
-    kn_out [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16).
+    kn_out [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16);
+    not STORE_QK: no copies (fp16 inputs without l2norm, which the walk reads as they are).
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
     k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
     FALLBACK_AFTER (F16 with INVERSE="f16_subst"): every head's fp16 inverse formed unconditionally, its
@@ -197,7 +199,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             for j in tl.static_range(HEADS):
                 tl.store(row_vec(rq_out, row0, i_hv + j, HV, o_t), b_rq, mask=m_t)
                 tl.store(row_vec(rk_out, row0, i_hv + j, HV, o_t), b_rk, mask=m_t)
-    if F16:
+    if F16 and STORE_QK:
         if i_hv % (HV // H) == 0:
             o_qk = row_offsets(row0, i_h, H, K, o_t, o_k)
             tl.store(kn_out + o_qk, (b_k.to(tl.float32) * b_rk[:, None]).to(tl.float16), mask=m_qk)
@@ -385,6 +387,7 @@ def wy_kernel(
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
     HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
     FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64, G_BY_HEAD: tl.constexpr = False,
+    STORE_QK: tl.constexpr = True,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -401,7 +404,8 @@ def wy_kernel(
     addressing.decay_ptrs), so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each (t_out, attn_out) and q and k in fp16 (l2-normalised with
-    l2norm; qn_out, kn_out [tokens, H, K]), for the walk on fp16 operands; with SIGNAL each group of value heads
+    l2norm; qn_out, kn_out [tokens, H, K]; not STORE_QK: none, the walk reading fp16 inputs without l2norm
+    as they are), for the walk on fp16 operands; with SIGNAL each group of value heads
     sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
@@ -436,7 +440,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD)
+                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD, STORE_QK)
         if SIGNAL:
             # The chunk's place is found again from the program id read anew, so that nothing of it
             # stays live through the pass (kept, it made ptxas spill more).

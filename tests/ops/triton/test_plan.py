@@ -76,6 +76,9 @@ def test_an_empty_sequence_has_no_plan_but_its_knobs_are_checked():
     (dict(wy_fallback="after", inverse="blocks_parts"), "wy_fallback='after' needs"),
     (dict(decays_layout="rows"), "decays_layout must be None, 'tokens' or 'heads'"),
     (dict(decays_layout="heads", walk="triton"), "decays_layout='heads' takes the Gluon walks"),
+    (dict(qk_copies="yes"), "qk_copies must be None, True or False"),
+    (dict(qk_copies=False), "qk_copies=False needs fp16 inputs without use_qk_l2norm"),
+    (dict(qk_copies=True, operands="bf16_parts"), "qk_copies applies to the fp16 walk"),
 ])
 def test_knobs_that_do_not_apply_are_refused_by_name(knobs, message):
     q, v = tensors(1, 300, H=1, HV=2, K=64, V=64)

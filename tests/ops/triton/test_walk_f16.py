@@ -147,3 +147,26 @@ def test_fp16_walk_without_l2norm_takes_q_and_k_as_given(monkeypatch):
     big[0, 7, 1, 3] = 1e5
     o, _ = triton_forward(big, *args[1:], **call)
     assert not bool(torch.isfinite(o).all())
+
+
+def test_fp16_inputs_without_l2norm_are_the_walks_q_and_k(monkeypatch):
+    """fp16 inputs without l2norm are what the fp16 walk reads: the WY pass writes no copies of q and k
+    (STORE_QK off) and the results are the copies' bits (qk_copies=True). With l2norm, with bf16
+    inputs, and where q starts off a 16-byte boundary (TMA), the WY pass writes the copies."""
+    from gdn.ops.triton import triton_forward
+    stores = launch_flags(monkeypatch, "wy_kernel", "STORE_QK")
+    q, k, v, g, beta, S0 = random_inputs(2, 100, 2, 4, 32, 32, dtype=torch.float16, initial_state=True, seed=3,
+                                         device=DEVICE)
+    call = dict(scale=32 ** -0.5, initial_state=S0, output_final_state=True, chunk_size=32)
+    o, S = triton_forward(q, k, v, g, beta, **call)
+    o_copies, S_copies = triton_forward(q, k, v, g, beta, qk_copies=True, **call)
+    q_off = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEVICE)[1:].view(q.shape).copy_(q)
+    o_off, S_off = triton_forward(q_off, k, v, g, beta, **call)
+    assert stores == [False, True, True]
+    for x, y in ((o, o_copies), (S, S_copies), (o, o_off), (S, S_off)):
+        assert torch.equal(x, y)
+    triton_forward(q, k, v, g, beta, use_qk_l2norm=True, **call)
+    triton_forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, **call)
+    assert stores[3:] == [True, True]
+    with pytest.raises(ValueError, match="qk_copies=False needs fp16 inputs without use_qk_l2norm"):
+        triton_forward(q, k, v, g, beta, use_qk_l2norm=True, qk_copies=False, **call)
