@@ -43,8 +43,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
-            input is float64, K and V are at most 256 and chunk_size is 16, 32 or 64; on other devices "recurrent" for a
-            single token (T = 1: a decode step), else "chunk".
+            input is float64, K and V are at most 256 and chunk_size is 16, 32 or 64; on other
+            devices "recurrent" for a single token (T = 1: a decode step), else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 

@@ -12,8 +12,9 @@ time, the row measured the host, not the kernels. Prints a table, writes results
 
 --l2norm picks the q/k normalisation regimes: "on" (use_qk_l2norm=True on raw randn q, k: what the
 Qwen3.5 / Qwen3-Next layers call) and "off" (unit-norm q, k given, no normalisation asked: the
-setting the peers publish their times in). They are timed apart because the peers normalise in extra passes over q and
-k before their kernels (FLA's and FlashQLA's l2norm_fwd), while ours normalises inside the WY pass.
+setting the peers publish their times in). They are timed apart because the peers normalise in
+extra passes over q and k before their kernels (FLA's and FlashQLA's l2norm_fwd), while ours
+normalises inside the WY pass.
 """
 from __future__ import annotations
 
