@@ -44,7 +44,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
             input is float64, K and V are at most 256 and chunk_size is 16, 32 or 64; on other
-            devices "recurrent" for a single token (T = 1: a decode step), else "chunk".
+            devices "recurrent" up to RECURRENT_MAX_T (8) tokens (a decode step, a few draft tokens:
+            1.2-4.5x faster than "chunk" there, BENCHMARKS.md), else "chunk".
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 
@@ -114,6 +115,12 @@ def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
     return forward(q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm)
 
 
+# On the CPU the chunk algorithm's fixed costs (the chunk's inverse, its layout copies) outweigh a few
+# token steps: chunk / recurrent measured 2.9-4.5x at T = 1, 1.2-1.8x at T = 8, 0.9-1.4x at T = 12
+# and 0.4-0.6x at T = 32, at four shapes (BENCHMARKS.md, CPU: a decode step).
+RECURRENT_MAX_T = 8
+
+
 def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
     """The concrete algorithm for ``backend`` on the op's tensors (q, k, v, g, beta, initial_state; q
     alone will do) (see :func:`gated_delta_rule`)."""
@@ -128,8 +135,8 @@ def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:
                        and all(d <= TRITON_MAX_HEAD_DIM for d in head_dims))
         if kernels_fit and not needs_grad and triton_available():
             return "triton"
-        if not on_cuda and tensors[0].shape[1] == 1:
-            return "recurrent"           # one token: the chunk algorithm's fixed costs are 2-9x the step (CPU)
+        if not on_cuda and tensors[0].shape[1] <= RECURRENT_MAX_T:
+            return "recurrent"
         return "chunk"
     if backend == "triton":
         if needs_grad:

@@ -79,7 +79,7 @@ def test_triton_backend_refuses_float64():
 
 def test_auto_keeps_float64_exact():
     from gdn.api import resolve_backend
-    q = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
+    q = torch.zeros(1, 16, 1, 4, dtype=torch.float64)
     assert resolve_backend("auto", q) == "chunk"
 
 
@@ -98,13 +98,14 @@ def test_auto_picks_chunk_for_chunk_sizes_and_head_dims_the_kernels_lack(monkeyp
     assert gdn.api.resolve_backend("auto", cuda_like(320)) == "chunk"           # K likewise
 
 
-def test_auto_runs_a_single_cpu_token_token_by_token():
-    """A decode step (T = 1) on the CPU runs the recurrence: the chunk algorithm's fixed costs are
-    several times one step. Same result as the chunk algorithm."""
-    from gdn.api import resolve_backend
+def test_auto_runs_a_few_cpu_tokens_token_by_token():
+    """A decode step (T = 1) or a few draft tokens on the CPU run the recurrence: the chunk
+    algorithm's fixed costs are several times those steps. Same result as the chunk algorithm."""
+    from gdn.api import RECURRENT_MAX_T, resolve_backend
     q, k, v, g, beta, S0 = random_inputs(2, 1, 2, 4, 16, 16, initial_state=True, seed=3)
     assert resolve_backend("auto", q) == "recurrent"
-    assert resolve_backend("auto", torch.cat([q, q], dim=1)) == "chunk"
+    assert resolve_backend("auto", q.expand(-1, RECURRENT_MAX_T, -1, -1)) == "recurrent"
+    assert resolve_backend("auto", q.expand(-1, RECURRENT_MAX_T + 1, -1, -1)) == "chunk"
     o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True, use_qk_l2norm=True)
     o_c, S_c = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
                                     use_qk_l2norm=True, backend="chunk")
