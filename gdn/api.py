@@ -44,8 +44,10 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
             "auto": "triton" for CUDA tensors when Triton is installed, no gradient is needed, no
             input is float64, K and V are at most 256 and chunk_size is 16, 32 or 64; on other
-            devices "recurrent" up to RECURRENT_MAX_T (8) tokens (a decode step, a few draft tokens:
-            1.2-4.5x faster than "chunk" there, BENCHMARKS.md), else "chunk".
+            devices "recurrent" up to RECURRENT_MAX_T (2) tokens (a decode step: 1.1-1.8x faster
+            than "chunk" there, BENCHMARKS.md), else "chunk". In "chunk" and "scan" a sequence
+            shorter than chunk_size runs as one chunk of the next power of two (the same maps on
+            fewer padding tokens).
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
             that needs gradients runs the "chunk" backend on the same device instead.
 
@@ -112,13 +114,18 @@ def _run_dense(forward, q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm):
     if T == 0:
         S = q.new_zeros(B, HV, K, V) if S0 is None else S0.clone()
         return v.new_zeros(B, 0, HV, V), S
+    # A sequence shorter than a chunk is one chunk either way: padded to the next power of two
+    # rather than to chunk_size, the same maps on fewer zero tokens (at T = 12-32 on the CPU 1.4-3.8x
+    # faster than one chunk of 64: benchmarks/NOTES.md, forty-seventh session).
+    chunk_size = min(chunk_size, 1 << (T - 1).bit_length())
     return forward(q, k, v, g, beta, scale, S0, chunk_size, use_qk_l2norm)
 
 
-# On the CPU the chunk algorithm's fixed costs (the chunk's inverse, its layout copies) outweigh a few
-# token steps: chunk / recurrent measured 2.9-4.5x at T = 1, 1.2-1.8x at T = 8, 0.9-1.4x at T = 12
-# and 0.4-0.6x at T = 32, at four shapes (BENCHMARKS.md, CPU: a decode step).
-RECURRENT_MAX_T = 8
+# On the CPU the chunk algorithm's fixed costs (the chunk's inverse, its layout copies) outweigh one
+# or two token steps: chunk / recurrent measured 1.1-1.8x at T = 1, 0.83-1.6x at T = 2, 0.56-1.43x
+# at T = 4 and 0.26-0.43x at T = 32, at four shapes (BENCHMARKS.md, CPU: a decode step); the large
+# state (B8, HV32) is where the recurrence loses first, each token a pass over it.
+RECURRENT_MAX_T = 2
 
 
 def resolve_backend(backend: str, *tensors, chunk_size: int = 64) -> str:

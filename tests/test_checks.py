@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import gdn
-from tests.reference import random_inputs
+from tests.reference import random_inputs, reference_gdn
 from tests.tolerances import assert_close
 
 
@@ -99,8 +99,8 @@ def test_auto_picks_chunk_for_chunk_sizes_and_head_dims_the_kernels_lack(monkeyp
 
 
 def test_auto_runs_a_few_cpu_tokens_token_by_token():
-    """A decode step (T = 1) or a few draft tokens on the CPU run the recurrence: the chunk
-    algorithm's fixed costs are several times those steps. Same result as the chunk algorithm."""
+    """A decode step (T = 1) or two tokens on the CPU run the recurrence: the chunk algorithm's
+    fixed costs are more than those steps. Same result as the chunk algorithm."""
     from gdn.api import RECURRENT_MAX_T, resolve_backend
     q, k, v, g, beta, S0 = random_inputs(2, 1, 2, 4, 16, 16, initial_state=True, seed=3)
     assert resolve_backend("auto", q) == "recurrent"
@@ -111,6 +111,32 @@ def test_auto_runs_a_few_cpu_tokens_token_by_token():
                                     use_qk_l2norm=True, backend="chunk")
     assert_close(o, o_c, name="o")
     assert_close(S, S_c, name="S")
+
+
+@pytest.mark.parametrize("backend", ["chunk", "scan"])
+def test_a_sequence_shorter_than_a_chunk_is_one_chunk_of_the_next_power_of_two(backend, monkeypatch):
+    """T = 1, 12 and 64 (and packed pieces of 5 and 40) with chunk_size 64 run as one chunk of 1, 16,
+    64 (8, 64) tokens; 100 tokens keep chunks of 64. Results as the float64 recurrence."""
+    import gdn.api
+    sizes = []
+    algorithm = gdn.api.TORCH_ALGORITHMS[backend]
+
+    def spy(*args):
+        sizes.append(args[7])                                     # chunk_size
+        return algorithm(*args)
+    monkeypatch.setitem(gdn.api.TORCH_ALGORITHMS, backend, spy)
+    for T, cu, expected in [(1, None, [1]), (12, None, [16]), (64, None, [64]), (100, None, [64]),
+                            (45, [0, 5, 45], [8, 64])]:
+        sizes.clear()
+        q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 16, 16, initial_state=True, seed=T)
+        cu_seqlens = None if cu is None else torch.tensor(cu)
+        S0 = S0 if cu is None else S0.expand(len(cu) - 1, -1, -1, -1)
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
+                                    cu_seqlens=cu_seqlens, backend=backend, chunk_size=64)
+        o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, cu_seqlens=cu_seqlens)
+        assert sizes == expected, (T, sizes)
+        assert_close(o, o_ref, name="o")
+        assert_close(S, S_ref, name="S")
 
 
 def test_cu_seqlens_values_are_read_once_per_tensor_version(monkeypatch):
