@@ -7,7 +7,8 @@ median of the repeats.
 
     python benchmarks/bench_op_cpu.py [--lengths 512,2048,8192] [--repeats 5] [--threads 2] [--chunk-size 64]
 
-`--lengths 1 --repeats 51` times a decode step (why `backend="auto"` takes `recurrent` at T = 1 on the CPU).
+`--lengths 1,2,4,8,16,32 --repeats 21` times a decode step and a few tokens: where `backend="auto"`
+stops taking `recurrent` on the CPU (gdn.api.RECURRENT_MAX_T; BENCHMARKS.md, CPU: a decode step).
 """
 from __future__ import annotations
 
