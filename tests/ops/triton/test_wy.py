@@ -125,3 +125,61 @@ def test_decays_stored_by_head_are_the_same_values(monkeypatch, B, T, packed):
         assert torch.equal(G_heads, G_tokens.reshape(B * T, HV).T)
     with pytest.raises(ValueError, match="decays_layout='heads' takes the Gluon walks"):
         forward.triton_forward(q, k, v, g, beta, scale=0.2, use_qk_l2norm=True, cu_seqlens=cu, decays_layout="heads")
+
+
+@pytest.mark.parametrize("B, T, packed, knobs, wide", [
+    (2, 100, False, {}, False),                                   # two heads a program, transposed inverse
+    (1, 230, True, {}, True),                                     # packed sequences; the tf32x3 fallback after
+    (2, 90, False, dict(wy_heads=1, inverse="f16_subst"), True),   # one head, untransposed, inline fallback
+])
+def test_packed_tile_holds_t_and_p(monkeypatch, B, T, packed, knobs, wide):
+    """PACK_TP (tp_layout="packed", the Gluon walks'): each launch of the WY pass is run again storing
+    the packed tile M and the betas by head into NaN-filled buffers. Bit for bit, M's strictly lower
+    part is T diag(beta)'s, its upper part with the diagonal is P's lower part transposed, the betas are
+    beta's and G is as stored by token; T diag(beta)'s diagonal, which M leaves out, is fp16(beta).
+    Dense (B = 2) and packed sequences (chunks across their ends); with wide, beta = 6 in one chunk of
+    the even heads, whose T takes the tf32x3 fallback (after the heads, or inline with one head a
+    program). The knob itself takes the Gluon walks, which the interpreter does not run: refused here."""
+    import inspect
+    import gdn.ops.triton.forward as forward
+    from gdn.ops.triton.wy import wy_kernel
+    H, HV, BT = 2, 4, 64
+    q, k, v, g, beta, _ = random_inputs(B, T, H, HV, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)
+    if wide:
+        beta[:, BT:2 * BT, 0::2] = 6.0
+    cu = torch.tensor([0, 70, 71, T], device=DEVICE) if packed else None
+    names = list(inspect.signature(wy_kernel.fn).parameters)
+    at = {n: names.index(n) for n in ("t_out", "attn_out", "G_out", "g_rows")}
+    seen = []
+
+    def again(grid, args, kw):
+        M = torch.full((B, T, HV, BT), float("nan"), dtype=torch.float16, device=DEVICE)
+        Gc = torch.full((2, HV, B * T), float("nan"), device=DEVICE)
+        args = list(args)
+        tb, p, G = (args[at[n]].clone() for n in ("t_out", "attn_out", "G_out"))
+        args[at["t_out"]] = args[at["attn_out"]] = M
+        args[at["G_out"]], args[at["g_rows"]] = Gc, B * T
+        wy_kernel[grid](*args, **dict(kw, G_BY_HEAD=True, PACK_TP=True))
+        seen.append((tb, p, G, M, Gc))
+
+    spy_launches(monkeypatch, "wy_kernel", again)
+    forward.triton_forward(q, k, v, g, beta, scale=0.2, use_qk_l2norm=True, cu_seqlens=cu, **knobs)
+    assert seen
+    bounds = cu.tolist() if packed else list(range(0, B * T + 1, T))
+    chunks = [(c, min(c + BT, e)) for s, e in zip(bounds[:-1], bounds[1:]) for c in range(s, e, BT)]
+    lower = torch.ones(BT, BT, dtype=torch.bool, device=DEVICE).tril(-1)
+    flat = beta.reshape(B * T, HV)
+    for tb, p, G, M, Gc in seen:
+        assert not torch.isnan(M).any() and not torch.isnan(Gc).any()
+        assert torch.equal(Gc[0], G.reshape(B * T, HV).T)
+        assert torch.equal(Gc[1], flat.T.float())
+        tb, p, M = (x.reshape(B * T, HV, BT).transpose(0, 1) for x in (tb, p, M))     # [HV, tokens, BT]
+        for c0, c1 in chunks:
+            n = c1 - c0
+            m, t, a = M[:, c0:c1], tb[:, c0:c1, :n], p[:, c0:c1, :n]      # a chunk's rows, its tokens' columns
+            assert torch.equal(m.masked_fill(~lower[:n, :BT], 0), tb[:, c0:c1].masked_fill(~lower[:n, :BT], 0))
+            assert torch.equal(m[:, :, :n].masked_fill(lower[:n, :n], 0), a.transpose(1, 2).masked_fill(lower[:n, :n], 0))
+            assert not m[:, :, n:].masked_fill(lower[:n, n:], 0).any()       # P of tokens past the end: zeros
+            assert torch.equal(torch.diagonal(t, dim1=1, dim2=2), flat[c0:c1].T.to(torch.float16))
+    with pytest.raises(ValueError, match="tp_layout='packed' takes the Gluon walks"):
+        forward.triton_forward(q, k, v, g, beta, scale=0.2, use_qk_l2norm=True, cu_seqlens=cu, tp_layout="packed")
