@@ -172,6 +172,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
                             BT, BV, IS_VARLEN, LONGEST_FIRST, scol_l)
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = ring_slot(c, STAGES, T)
+        sp = ring_slot(c, 1, T)            # (PACKED: the unpacked tiles' one slot)
         sk = c % KS
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
@@ -195,7 +196,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         if OUT:
             b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
         if PACKED:
-            _unpack_tp(m_s, t_s, p_s, p_bars, c, st, ring_slot(c, 1, T), NT, row_base, d_t, col_tp, STAGES, BT)
+            _unpack_tp(m_s, t_s, p_s, p_bars, c, st, sp, NT, row_base, d_t, col_tp, STAGES, BT)
         # Beside the products: each column's tau from its max |v| and its state's largest entry.
         _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).permute((1, 0)).load(acc_t).to(gl.float32)
@@ -217,7 +218,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
         if PACKED:
-            b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(ring_slot(c, 1, T)).permute((1, 0)),
+            b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(sp).permute((1, 0)),
                                 b_Z * gl.convert_layout(b_B, o_t.type.layout)[None, :], is_async=True)
         else:
             b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
@@ -241,7 +242,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
         if OUT:
             if PACKED:
-                b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(ring_slot(c, 1, T)),
+                b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(sp),
                                     b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
             else:
                 b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),

@@ -177,8 +177,9 @@ def test_packed_tile_holds_t_and_p(monkeypatch, B, T, packed, knobs, wide):
         for c0, c1 in chunks:
             n = c1 - c0
             m, t, a = M[:, c0:c1], tb[:, c0:c1, :n], p[:, c0:c1, :n]      # a chunk's rows, its tokens' columns
-            assert torch.equal(m.masked_fill(~lower[:n, :BT], 0), tb[:, c0:c1].masked_fill(~lower[:n, :BT], 0))
-            assert torch.equal(m[:, :, :n].masked_fill(lower[:n, :n], 0), a.transpose(1, 2).masked_fill(lower[:n, :n], 0))
+            below, on_above = ~lower[:n, :BT], lower[:n, :n]             # (what each comparison leaves out)
+            assert torch.equal(m.masked_fill(below, 0), tb[:, c0:c1].masked_fill(below, 0))
+            assert torch.equal(m[:, :, :n].masked_fill(on_above, 0), a.transpose(1, 2).masked_fill(on_above, 0))
             assert not m[:, :, n:].masked_fill(lower[:n, n:], 0).any()       # P of tokens past the end: zeros
             assert torch.equal(torch.diagonal(t, dim1=1, dim2=2), flat[c0:c1].T.to(torch.float16))
     with pytest.raises(ValueError, match="tp_layout='packed' takes the Gluon walks"):
