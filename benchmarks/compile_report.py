@@ -88,15 +88,17 @@ def kernels_swapped(wrap):
             setattr(module, name, fn)
 
 
-def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, initial_state=False, **kw):
+def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0, initial_state=False, graph=False,
+                     **kw):
     """The kernel launches triton_forward makes for this problem on a GPU with ``num_sms`` SMs
     (``packed`` > 0: B = 1 and T tokens packed as that many sequences, through cu_seqlens; with an
-    initial state if ``initial_state``)."""
+    initial state if ``initial_state``; as while a CUDA graph is being captured if ``graph``)."""
     launches = []
-    saved_sms, saved_tma = planning.num_sms, planning._tma_ready
+    saved_sms, saved_tma, saved_capturing = planning.num_sms, planning._tma_ready, planning.stream_capturing
     try:
         planning.num_sms = lambda device: num_sms
         planning._tma_ready = lambda *tensors: True        # an sm_90 target, tensors as torch allocates them
+        planning.stream_capturing = lambda q: graph
         q = torch.empty(B, T, H, K, dtype=dtype, device="meta")
         k = torch.empty_like(q)
         v = torch.empty(B, T, HV, V, dtype=dtype, device="meta")
@@ -110,7 +112,7 @@ def capture_launches(B, T, H, HV, K, V, num_sms, dtype=torch.bfloat16, packed=0,
         with kernels_swapped(lambda name, fn: _Recorder(fn, launches)):
             forward.triton_forward(q, k, v, g, beta, **kw)
     finally:
-        planning.num_sms, planning._tma_ready = saved_sms, saved_tma
+        planning.num_sms, planning._tma_ready, planning.stream_capturing = saved_sms, saved_tma, saved_capturing
     return launches
 
 
@@ -372,6 +374,7 @@ def problem_parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--num-sms", type=int, default=132, help="SM count the segment choice sees (H200: 132)")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability to compile for")
     ap.add_argument("--num-segments", type=int, default=None, help="force the per-sequence split")
+    ap.add_argument("--graph", action="store_true", help="as while a CUDA graph is being captured")
     return ap
 
 
@@ -380,7 +383,7 @@ def problem_of(args) -> tuple:
     B, T = (int(x) for x in args.shape.split(","))
     H, HV, K, V = (int(x) for x in args.heads.split(","))
     problem = dict(dtype=getattr(torch, args.dtype), packed=args.packed, chunk_size=args.chunk,
-                   use_qk_l2norm=not args.no_l2norm, initial_state=args.initial_state)
+                   use_qk_l2norm=not args.no_l2norm, initial_state=args.initial_state, graph=args.graph)
     if args.num_segments is not None:
         problem["num_segments"] = args.num_segments
     return (B, T, H, HV, K, V), problem, GPUTarget("cuda", args.arch, 32)

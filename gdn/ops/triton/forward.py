@@ -23,9 +23,12 @@ When the walk takes at most one program per SM (one sequence, or a few), it is l
 leaves room on every SM: the launcher then runs the WY pass beside it. By default (``overlap="flags"``)
 the WY pass is one launch over all chunks in order on the caller's stream, counting each group of
 chunks done, and the walk one launch on a side stream that waits for each group's count (two
-launches, whatever the length). Otherwise (``overlap="pieces"``, and under CUDA graph capture) the
-chunks are cut into pieces, the WY pass of piece i + 1 beside the walk of piece i, events between
-them and the state carried between the walk's launches in the final-state buffer.
+launches, whatever the length). Otherwise (``overlap="pieces"``, and under CUDA graph capture with
+the Triton walk) the chunks are cut into pieces, the WY pass of piece i + 1 beside the walk of piece
+i, events between them and the state carried between the walk's launches in the final-state buffer.
+A graph being captured where the Gluon walk would wait on the counts runs it after the WY pass
+instead (no kernel of a graph waits on another it is not ordered after), and the automatic split's
+two walks beside each other.
 How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.schedule.
 """
 from __future__ import annotations
@@ -207,6 +210,55 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             Q_LATE=p.q_late, F16=p.f16, F16_DOT=p.f16_dot,
             **walk_launch, **_maxnreg(p.walk_maxnreg))
 
+    def automatic_segments():
+        """The automatic split's segments (P_s, L_s, W_s, L0_s: count, length, warm-up and the first's
+        length, in chunks), or None where it does not apply or takes fewer than two."""
+        splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
+        long_enough = p.split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
+        if not (p.auto_split and long_enough and p.walk == "gluon" and V % 64 == 0 and K in (64, 128)):
+            return None
+        # Placed as split_walk=True's after the WY pass: 64 columns a program, two programs an SM.
+        P_s, L_s, W_s = splits.plan(True, p.split_warmup, NT, N * HV * (V // 64), planning.num_sms(q.device),
+                                    flag_group, False)[:3]
+        L0_s = L_s                           # (the bounds' check: every segment L chunks)
+        if p.split_check == "posterior" and P_s > 1:
+            P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
+        return None if P_s < 2 else (P_s, L_s, W_s, L0_s)
+
+    def segments_walk(cert, heads, descs):
+        """The automatic split's chosen heads (heads [N x HV] int32, nonzero) in certified segments
+        (cert: split_walk.posterior's or certified's), walk_gluon_t at 64 columns and one stage."""
+        from .walk_gluon_t import walk_gluon_t
+        walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert, split_heads=heads,
+                     descs=descs, one_launch=p.split_launches == 1, descs_in_kernel=descs_in_kernel,
+                     decays_by_head=p.decays_by_head, tp_packed=p.tp_packed)
+
+    if p.graph_safe:
+        # A CUDA graph being captured where the flags would apply (plan_forward's graph_safe): the WY
+        # pass first, then the walks. With the automatic split, the ordered walk of the heads that keep
+        # their memory (on a side stream, forked from the caller's and joined back) and the chosen
+        # heads' segments (on the caller's stream) run beside each other: neither waits for the other,
+        # so a graph may start them in either order. Everything they read is made before the fork.
+        auto = automatic_segments()
+        wy_pass(0, NT)
+        if auto is None:
+            state_walk(0, 1 << 30, h0, ht)
+            return o, ht
+        from .walk_gluon import shared_descriptors
+        P_s, L_s, W_s, L0_s = auto
+        skip_heads = splits.forgetting_heads(g, beta, BT, P_s, L_s, W_s, L0_s, k=None if use_qk_l2norm else k)
+        if p.split_check == "posterior":
+            cert = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, 64, trusted=skip_heads)
+        else:
+            cert = splits.certified(P_s, L_s, W_s, v, g, beta, h0, K, BT, 64, skip_heads)
+        walk_descs = shared_descriptors(qn, kn, tb, attn, BT)
+        splits.last_heads = skip_heads
+        with side_streams(q.device, 1, priorities=(p.walk_priority,)) as (main, side):
+            with on_stream(side):
+                state_walk(0, 1 << 30, h0, ht)
+            segments_walk(cert, skip_heads, walk_descs)
+        return o, ht
+
     if p.flags and p.pieces > 1:
         # One WY launch over all chunks, in order, and the walk beside it on a side stream, waiting
         # for each group of chunks to be counted done. It cannot deadlock: the WY pass waits for
@@ -217,20 +269,11 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         # walk programs than SMs also means all of them are placed at once: while a kernel of the
         # higher-priority stream has programs waiting to be placed, the GPU places none of the WY
         # pass's (a walk of 512 programs beside it hung at B8 x T4k on an H200: NOTES.md v29). A graph
-        # being captured takes the pieces below: a graph may run two kernels of different streams in
-        # either order.
-        auto = None
-        splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
-        long_enough = p.split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
-        if p.auto_split and long_enough and p.walk == "gluon" and V % 64 == 0 and K in (64, 128):
-            # Placed as split_walk=True's after the WY pass: 64 columns a program, two programs an SM.
-            auto = splits.plan(True, p.split_warmup, NT, N * HV * (V // 64), planning.num_sms(q.device), flag_group,
-                               False)
-            P_s, L_s, W_s = auto[:3]
-            L0_s = L_s                           # (the bounds' check: every segment L chunks)
-            if p.split_check == "posterior" and P_s > 1:
-                P_s, L0_s, L_s = splits.posterior_segments(NT, P_s, W_s)
-            auto = None if P_s < 2 else auto
+        # being captured takes graph_safe above (or, walk="triton", the pieces below): a graph may
+        # run two kernels of different streams in either order.
+        auto = automatic_segments()
+        if auto is not None:
+            P_s, L_s, W_s, L0_s = auto
         # The heads from the WY pass's chunk-0 programs (split_heads_in="wy", the posterior check: the
         # bounds beside the WY pass need them before it), zeroed with the counts (wy_kernel's FORGET).
         # One sequence only: the WY pass takes the sequences in turn, and a later sequence's split
@@ -293,10 +336,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                 for t in made:
                     t.record_stream(main)
             splits.last_heads = skip_heads
-            from .walk_gluon_t import walk_gluon_t
-            walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
-                         split_heads=skip_heads, descs=walk_descs, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, tp_packed=p.tp_packed)
+            segments_walk(cert, skip_heads, walk_descs)
         return o, ht
 
     if p.pieces > 1:
@@ -316,7 +356,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     if p.forced_split:
         splits.last_outcome = None
         programs = N * HV * NV
-        capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+        capturing = planning.stream_capturing(q)
         beside_ok = p.split_beside and p.overlap == "flags" and p.t_in and p.beside and not capturing
         P_s, L_s, W_s, group, beside_split = splits.plan(p.split_walk, p.split_warmup, NT, programs,
                                                          planning.num_sms(q.device), flag_group, beside_ok)

@@ -42,6 +42,11 @@ def _tma_ready(*tensors) -> bool:
     return tensors[0].is_cuda and cuda_major(tensors[0].device) >= 9
 
 
+def stream_capturing(q) -> bool:
+    """Whether q's call is being captured into a CUDA graph (its current stream is capturing)."""
+    return q.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 @functools.cache
 def gluon_available() -> bool:
     """Whether this Triton has Gluon's Hopper language (Triton 3.6 does; walk_gluon is written for it)."""
@@ -112,6 +117,7 @@ class Plan:
     # How the two passes share the GPU.
     pieces: int
     flags: bool                   # the WY pass counts its chunks; the walk beside it waits on the counts
+    graph_safe: bool              # a graph being captured where flags would apply: the Gluon walks after the WY pass
     beside: bool                  # a WY program fits beside each walk program
     flag_group: int
     overlap: str
@@ -141,7 +147,7 @@ def plan_key(q, v, cu_seqlens, scale, use_qk_l2norm, chunk_size, knobs: dict) ->
     knobs with their types (split_walk=True is not split_walk=1, though True == 1), whether a CUDA
     graph is being captured, and the device probes themselves (tests and compile_report replace them:
     a replaced probe is another key). Raises TypeError for an unhashable knob."""
-    capturing = q.is_cuda and torch.cuda.is_current_stream_capturing()
+    capturing = stream_capturing(q)
     key = (q.shape, q.dtype, q.device, v.shape, v.dtype, v.data_ptr() % 16,
            None if cu_seqlens is None else cu_seqlens.numel(), float(scale), bool(use_qk_l2norm), chunk_size,
            tuple((name, type(value), value) for name, value in knobs.items()), capturing, num_sms, _tma_ready,
@@ -224,6 +230,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     chunks in order and the walk beside it, which waits for each group of ``flag_group`` chunks
     (default: schedule.choose_flag_group, 8 or 16) to be counted done; "pieces" cuts the chunks into
     that many pieces, the WY pass of piece i + 1 beside the walk of piece i, ordered by events.
+    While a CUDA graph is being captured, where the flags would apply, the Gluon walk runs after the
+    WY pass instead (Plan.graph_safe: a graph may start two streams' kernels in either order, so no
+    kernel may wait on one it is not ordered after), the Triton walk in pieces.
     ``inverse`` defaults to "f16_subst" with the fp16 walk (v19: on plain fp16 products where a chunk's
     |A_ij| <= 1, tf32x3 elsewhere; v18's "blocks_f16_subst" formed the diagonal blocks from pairs of
     fp16 parts), "f16_subst_t" there where a WY program takes two heads (the same on the transposes,
@@ -256,12 +265,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     where the Gluon launch's host time showed; the interpreter). Every walk takes its decays by exp2,
     which flushes results below 2^-126 to zero (walk_f16.exp_ftz; 4.5% faster on walk_gluon_t, v23).
     ``split_walk`` None (the default): the automatic split where the default takes the Gluon walk
-    beside the WY pass (one or a few dense sequences x heads, V a multiple of 64, K of 64 or 128,
-    outside graph capture) from split_walk.AUTO_MIN_CHUNKS chunks on ("auto": at any length): a
+    beside the WY pass (one or a few dense sequences x heads, V a multiple of 64, K of 64 or 128)
+    from split_walk.AUTO_MIN_CHUNKS chunks on ("auto": at any length): a
     small kernel over g marks the heads whose warm-ups forget (split_walk.forgetting_heads; without
     l2norm also over the warm-ups' keys, and only with the posterior check); the
     others walk in order beside the WY pass as without it, the marked ones in certified segments
-    after it (walk_gluon_t, 64 columns, one stage). False (or 0): never.
+    after it (walk_gluon_t, 64 columns, one stage). Under graph capture both walks run after the WY
+    pass, beside each other on two streams (graph_safe). False (or 0): never.
     True or an int (walk="gluon_t", dense sequences whose chunks read no other sequence's rows,
     use_qk_l2norm; opt-in): the certified split of gdn.ops.triton.split_walk for every head, after the WY pass. On
     an H200 (v25, B1, bf16) 24-27% faster than the ordered walk from 32k tokens on with gates that
@@ -547,8 +557,14 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # A WY program fits beside a walk program on one SM: 32 columns (or walk_gluon_t's 64 at one stage).
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and (
         BV <= 32 and walk_stages <= 3 or walk == "gluon_t" and BV == 64 and walk_stages == 1)
-    flags = (overlap == "flags" and t_in and beside and N * HV * NV < num_sms(q.device)
-             and not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
+    flags_fit = overlap == "flags" and t_in and beside and N * HV * NV < num_sms(q.device)
+    # A graph being captured takes no flags: a graph may start two streams' kernels in either order,
+    # and a tool that runs them one at a time could start the waiting walk first. Where they would
+    # apply, the Gluon walk (and the automatic split's two walks, beside each other) after the WY pass
+    # instead (graph_safe; else, with walk="triton", the pieces).
+    capturing = stream_capturing(q)
+    flags = flags_fit and not capturing
+    graph_safe = flags_fit and capturing
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
     # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k; the state and
     # two [BT, BV] operands; a margin for the barriers.
@@ -560,7 +576,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # sequence's rows are read before its WY programs are waited for: MASK_ROWS zeroes v and U there,
     # but k's rows enter k S and the state's update, so they must be written), and where a WY program
     # fits beside the walk (K = 256: 229 KB of walk alone).
-    gluon_flags = flags and (B == 1 or T % BT == 0) and K <= 128
+    gluon_flags = (flags or graph_safe) and (B == 1 or T % BT == 0) and K <= 128
     gluon_fits = (f16 and P == 1 and ((pieces or 1) == 1 or gluon_flags) and K in (64, 128, 256) and BT == 64
                   and V % BV == 0 and (walk_warps or num_warps) == 4 and gluon_smem <= 227 * 1024 and _tma_ready(v))
 
@@ -605,7 +621,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         if not gluon_ready():
             raise ValueError(f"walk={walk!r} needs an sm_90 CUDA GPU (Hopper) and Triton's Gluon (3.6); Gluon "
                              "kernels have no interpreter")
-        if not gluon_flags or forced_split:
+        if not gluon_flags or forced_split or graph_safe:
             pieces = 1             # the WY pass first, then the walk (else beside it, waiting on its counts)
     if decays_layout is None:
         decays_layout = "heads" if walk in ("gluon", "gluon_t") else "tokens"
@@ -675,7 +691,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 wy_fallback=wy_fallback, wy_maxnreg=wy_maxnreg, num_warps=num_warps, num_stages=num_stages, walk=walk,
                 walk_stages=walk_stages, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
                 walk_loads=walk_loads, walk_tma=walk_tma, q_late=q_late, fast_dots=fast_dots,
-                longest_first=longest_first, pieces=pieces, flags=flags, beside=beside,
+                longest_first=longest_first, pieces=pieces, flags=flags, graph_safe=graph_safe and walk == "gluon",
+                beside=beside,
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,

@@ -35,12 +35,32 @@ def test_the_bench_shapes_take_the_measured_defaults(h200):
     q, v = tensors(1, 32768)
     one = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
     assert (one.walk, one.flags, one.auto_split, one.BV, one.NT) == ("gluon", True, True, 32, 512)
+    assert not one.graph_safe and not wide.graph_safe
     assert one.pieces > 1 and one.wy_maxnreg is None            # beside the walk: no register cap
     for p in (wide, one):
         assert (p.f16, p.t_in, p.attn_in, p.wy_heads, p.inverse, p.wy_fallback) == \
             (True, True, True, 2, "f16_subst_t", "after")
     q, v = tensors(8, 4096, HV=16)
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).inverse == "f16_subst"
+
+
+def test_graph_capture_takes_no_flags(h200, monkeypatch):
+    """While a CUDA graph is being captured: no flags (a graph may start the waiting walk first). At
+    B1 x T32k the Gluon walk after the WY pass in one piece (graph_safe: forward runs the automatic
+    split's two walks there); at B1 x T8k, where the defaults keep the Triton walk, its pieces. A
+    graph never reuses an eager call's plan: the key holds whether one is being captured."""
+    monkeypatch.setattr(planning, "stream_capturing", lambda q: True)
+    q, v = tensors(1, 32768)
+    one = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+    assert (one.walk, one.flags, one.graph_safe, one.pieces, one.auto_split, one.BV) == ("gluon", False, True, 1, True, 32)
+    q, v = tensors(1, 8192)
+    short = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+    assert (short.walk, short.flags, short.graph_safe) == ("triton", False, False) and short.pieces > 1
+    q, v = tensors(8, 4096)             # (no flags eagerly either)
+    assert not plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).graph_safe
+    key = planning.plan_key(q, v, None, 0.125, True, 64, {})
+    monkeypatch.setattr(planning, "stream_capturing", lambda q: False)
+    assert planning.plan_key(q, v, None, 0.125, True, 64, {}) != key
 
 
 def test_fp32_inputs_take_tf32x3_without_splits():

@@ -433,6 +433,24 @@ def test_automatic_split_routing(monkeypatch):
         assert dict(ordered)["walk_gluon_kernel"]["WAIT"] and not dict(ordered)["walk_gluon_kernel"]["SKIP"]
 
 
+def test_automatic_split_routing_under_graph_capture(monkeypatch):
+    """While a CUDA graph is being captured no walk waits on the WY pass's counts (a graph may start
+    two streams' kernels in either order): the WY pass without them, then the heads' choice, the
+    ordered walk skipping the chosen heads at once (SKIP 1) and the chosen heads' segments, both
+    after it. Without the split (shorter sequences), the Gluon walk alone after the WY pass."""
+    import gdn.ops.triton.plan as planning
+    monkeypatch.setattr(planning, "stream_capturing", lambda q: True)
+    T = split_walk.AUTO_MIN_CHUNKS * 64
+    captured = _record_walks(monkeypatch, T)
+    assert [name for name, _ in captured] == ["wy_kernel", "_forgetting_kernel", "walk_gluon_kernel", "walk_t_kernel"]
+    kws = dict(captured)
+    assert not kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] == 1
+    assert not kws["walk_gluon_kernel"]["WAIT"] and kws["walk_t_kernel"]["CHOSEN"]
+    shorter = _record_walks(monkeypatch, T - 64)
+    assert [name for name, _ in shorter] == ["wy_kernel", "walk_gluon_kernel"]
+    assert not dict(shorter)["walk_gluon_kernel"]["WAIT"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
+
+
 def test_split_walk_refusals(monkeypatch):
     """split_walk outside what it does: a ValueError that names it (meta tensors: before any launch):
     another walk, packed sequences, a dense batch whose chunks read the next sequence's rows, bad
@@ -699,4 +717,45 @@ def test_split_walk_replays_from_a_cuda_graph(check):
     graph.replay()
     o_e, S_e = triton_forward(*fresh[:5], initial_state=fresh[5], **{**kw, "out": None})
     assert (split_walk.last_outcome[1:] == 1).all()
+    assert torch.equal(o_g, o_e) and torch.equal(S_g, S_e)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("check", ["bounds", "posterior"])
+def test_automatic_split_replays_from_a_cuda_graph(check):
+    """The automatic split captured in a CUDA graph (plan_forward's graph_safe: the WY pass first,
+    then the ordered walk of the long-memory heads on a side stream beside the chosen heads' segments)
+    and replayed on fresh inputs: bit for bit the eager call's outputs (whose ordered walk runs
+    beside the WY pass, waiting on its counts), every row written; value heads 0 and 1 (g = 0) walk
+    in order, 2 and 3 in segments. 256 chunks plus 37 tokens, as test_automatic_split_on_mixed_heads."""
+    from gdn.ops.triton import triton_forward
+
+    def inputs(seed):
+        made = random_inputs(1, 256 * 64 + 37, 2, 4, 128, 128, dtype=torch.bfloat16, gate="normal",
+                             initial_state=True, seed=seed, device="cuda")
+        made[3][:, :, :2] = 0.0
+        return made
+    static, fresh = inputs(41), inputs(42)
+    out = torch.empty_like(static[2])
+    kw = dict(scale=128 ** -0.5, output_final_state=True, use_qk_l2norm=True, operands="fp16", split_walk="auto",
+              split_check=check, out=out)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        triton_forward(*static[:5], initial_state=static[5], **kw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    split_walk.last_heads = None
+    with torch.cuda.graph(graph):
+        o_g, S_g = triton_forward(*static[:5], initial_state=static[5], **kw)
+    heads = split_walk.last_heads                     # (graph_safe's branch: the heads, filled at replay)
+    assert heads is not None
+    for x, y in zip(static, fresh):
+        x.copy_(y)
+    out.fill_(float("nan"))
+    S_g.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert heads.tolist() == [0, 0, 1, 1]
+    o_e, S_e = triton_forward(*fresh[:5], initial_state=fresh[5], **{**kw, "out": None})
     assert torch.equal(o_g, o_e) and torch.equal(S_g, S_e)
