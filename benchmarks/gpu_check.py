@@ -198,6 +198,10 @@ def correctness() -> None:
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
     check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk: Gluon's)", 8, 4096, torch.bfloat16, graph=True)
+    # The graph-safe schedule (v53): the automatic split's two walks after the WY pass, beside each other.
+    check("bf16 B1 T32k decaying replayed from a CUDA graph (the split)", 1, 32768, torch.bfloat16, graph=True)
+    check("bf16 B1 T32k long memory replayed from a CUDA graph (the ordered walk)", 1, 32768, torch.bfloat16,
+          gates="long", graph=True)
     check("bf16 B1 T16k replayed from a CUDA graph (Gluon's ordered walk, descriptors made in it)", 1, 16384,
           torch.bfloat16, graph=True, walk_descriptors="kernel")
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,

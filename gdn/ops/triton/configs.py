@@ -42,8 +42,6 @@ CONFIGS = {
     "wy 8 warps": dict(num_warps=8, walk_warps=4, wy_maxnreg=128),   # the WY pass in two warpgroups
     "decays by token": dict(decays_layout="tokens"),  # G stored [tokens, HV] for the Gluon walks too (before v44)
     "qk copies": dict(qk_copies=True),                # fp16 inputs without l2norm: the WY pass's copies (before v51)
-    "tp packed": dict(tp_layout="packed"),            # T diag(beta) and P in one packed tile (v52)
-    "tp separate": dict(tp_layout="separate"),        # two tiles, each half zeros (before v52)
     "wy blocks": dict(inverse="blocks"),              # Triton's tf32x3, guarded against infinities (v8)
     "launch order": dict(longest_first=False),       # varlen walks the sequences in order (before v6)
     "wy substitution": dict(inverse="substitution"),

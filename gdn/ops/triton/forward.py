@@ -6,8 +6,7 @@ and launches the kernels.
 1. ``wy_kernel`` (gdn.ops.triton.wy): every chunk of every sequence and head at once, what does not
    depend on the state: on the bf16 path by default T diag(beta) = (I + A)^-1 diag(beta) [tokens, HV,
    BT] (the walk forms the writes U = T diag(beta) (v - diag(r e^G) k S) from it), each chunk's
-   output attention P = (q k^T . D), scaled, and the cumulative decays G (for the Gluon walks with
-   tp_layout="packed": T diag(beta) and P in one tile, beta beside G); otherwise the WY factors
+   output attention P = (q k^T . D), scaled, and the cumulative decays G; otherwise the WY factors
    w [tokens, HV, K] and u [tokens, HV, V] (U = u - w S).
 2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
    GPU, the affine maps that join the segments of a sequence exactly.
@@ -94,7 +93,6 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     qk_copies = not p.f16 or p.qk_copies or not (q.data_ptr() % 16 == 0 and k.data_ptr() % 16 == 0)
     if p.state_split > 0:
         if p.t_in and p.f16:
-            # (tp_layout="packed": T diag(beta) and P in this one tile, attn below standing for it too.)
             tb = tb2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
             if qk_copies:
                 qn, kn = torch.empty(2, B, T, H, K, dtype=torch.float16, device=q.device)
@@ -116,12 +114,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     Gc = attn = attn2 = dummy
     if p.attn_in:
         # [tokens, HV], or one head's tokens contiguous (decays_layout="heads": addressing.decay_ptrs).
-        # With the packed tile, beta by head after G (T diag(beta)'s diagonal, which the tile leaves to P).
-        shape = ((2, HV, B * T) if p.tp_packed else (HV, B * T)) if p.decays_by_head else (B, T, HV)
-        Gc = torch.empty(*shape, dtype=torch.float32, device=q.device)
-        if p.tp_packed:
-            attn = attn2 = tb
-        elif p.f16:
+        Gc = torch.empty(*((HV, B * T) if p.decays_by_head else (B, T, HV)), dtype=torch.float32, device=q.device)
+        if p.f16:
             attn = attn2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
         else:
             attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
@@ -159,8 +153,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             BC=min(64, BK, next_pow2(V)), W_PARTS=p.state_split, STORE_NORMS=p.state_split > 0 and not p.f16,
             STORE_ATTN=p.attn_in, STORE_T=p.t_in, F16=p.f16, F16_DOT=p.f16_dot, HEADS=p.wy_heads,
             FALLBACK_AFTER=p.wy_fallback == "after", FORGET=forget is not None,
-            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, STORE_QK=qk_copies, PACK_TP=p.tp_packed,
-            **p.common,
+            FORGET_BLOCK=forget_block, G_BY_HEAD=p.decays_by_head, STORE_QK=qk_copies, **p.common,
             **_maxnreg(p.wy_maxnreg))
 
     walk_launch = dict(p.common, num_stages=p.walk_stages, num_warps=p.walk_warps or p.num_warps)
@@ -187,14 +180,14 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
                        flag_group if done is not None else 1, skip_heads, walk_descs, skip_late,
-                       descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, tp_packed=p.tp_packed)
+                       descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
             walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
                          seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
-                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head, tp_packed=p.tp_packed)
+                         descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
             walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
@@ -231,7 +224,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         from .walk_gluon_t import walk_gluon_t
         walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert, split_heads=heads,
                      descs=descs, one_launch=p.split_launches == 1, descs_in_kernel=descs_in_kernel,
-                     decays_by_head=p.decays_by_head, tp_packed=p.tp_packed)
+                     decays_by_head=p.decays_by_head)
 
     if p.graph_safe:
         # A CUDA graph being captured where the flags would apply (plan_forward's graph_safe): the WY

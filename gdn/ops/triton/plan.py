@@ -133,7 +133,6 @@ class Plan:
     split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
     walk_descriptors: str         # the Gluon walks' TMA descriptors: "host" or "kernel"
     decays_by_head: bool          # G stored [HV, tokens] (decays_layout="heads")
-    tp_packed: bool               # T diag(beta) and P in one packed tile, beta by head (tp_layout="packed")
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -187,7 +186,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
                  split_launches=None, split_heads_in="kernel", walk_descriptors="host",
-                 decays_layout=None, qk_copies=None, tp_layout=None) -> Plan | None:
+                 decays_layout=None, qk_copies=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -364,11 +363,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     (the fp16 walk): whether the WY pass writes fp16 copies of q and k for the walk to read (True) or
     the walk reads q and k themselves (False: fp16 inputs without l2norm only, which equal their copies
     bit for bit; triton_forward still copies inputs whose start is not 16-byte aligned, for TMA).
-    Default: copies only where they differ from the inputs. ``tp_layout`` (the Gluon walks): how the WY
-    pass stores T diag(beta) and the output attention P for them, "separate" (two [tokens, HV, BT] fp16
-    tiles, each half zeros) or "packed" (one: T diag(beta)'s strictly lower part and P's lower part
-    transposed into the upper one, beta by head beside G; the walks unpack it into shared memory, T's
-    diagonal added from beta: 134 MB fewer written and read at B1 x T32k). Default: "separate".
+    Default: copies only where they differ from the inputs.
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -568,10 +563,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # The Gluon walk's tiles are 64 rows (four warps of 16: one warpgroup) and its shared memory is
     # walk_gluon_kernel's rings in fp16: STAGES x (q, v, T, P) and STAGES + 1 slots of k; the state and
     # two [BT, BV] operands; a margin for the barriers.
-    # (With tp_layout="packed": STAGES x (q, v, M) and one slot each of T and P, unpacked from M.)
-    gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 2 * BT * BT * (1 if tp_layout == "packed" else 2)) \
-        + (walk_stages + 1) * 2 * BT * K + 2 * K * BV + 4 * BT * BV + 1024 \
-        + (4 * BT * BT if tp_layout == "packed" else 0)
+    gluon_smem = walk_stages * (2 * BT * K + 2 * BT * BV + 4 * BT * BT) + (walk_stages + 1) * 2 * BT * K \
+        + 2 * K * BV + 4 * BT * BV + 1024
     # Beside the WY pass (flags) only where a sequence's chunks read no rows of another (the next
     # sequence's rows are read before its WY programs are waited for: MASK_ROWS zeroes v and U there,
     # but k's rows enter k S and the state's update, so they must be written), and where a WY program
@@ -628,14 +621,6 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if decays_layout == "heads" and walk not in ("gluon", "gluon_t"):
         raise ValueError(f"decays_layout='heads' takes the Gluon walks (walk='gluon' or 'gluon_t', an sm_90 GPU), "
                          f"got walk={walk!r}")
-    if tp_layout is None:
-        tp_layout = "separate"
-    if tp_layout not in ("separate", "packed"):
-        raise ValueError(f"tp_layout must be None, 'separate' or 'packed', got {tp_layout!r}")
-    if tp_layout == "packed" and not (walk in ("gluon", "gluon_t") and decays_layout == "heads" and BT == 64):
-        raise ValueError(f"tp_layout='packed' takes the Gluon walks (walk='gluon' or 'gluon_t', an sm_90 GPU) with "
-                         f"decays_layout='heads' and chunk_size 64, got walk={walk!r}, "
-                         f"decays_layout={decays_layout!r}, chunk_size={BT}")
     if split_warmup is not None and not _is_int(split_warmup, 1):
         raise ValueError(f"split_warmup must be an int of at least 1 (chunks), got {split_warmup!r}")
     if split_beside and not forced_split:
@@ -697,5 +682,4 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
-                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads",
-                tp_packed=tp_layout == "packed", common=common)
+                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads", common=common)

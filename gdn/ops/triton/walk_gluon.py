@@ -78,68 +78,16 @@ def _barriers(DEPTH: gl.constexpr):
 
 @gluon.jit
 def _rings(d_q, d_k, d_v, d_t, d_p, STAGES: gl.constexpr, KS: gl.constexpr, BT: gl.constexpr, K: gl.constexpr,
-           BV: gl.constexpr, PACKED: gl.constexpr = False):
+           BV: gl.constexpr):
     """The tiles' rings in shared memory (each in its descriptor's layout) and their barriers: KS slots
-    of k, STAGES of q, T (beside q, on qt_bars), v and P. Returns k_s, q_s, t_s, v_s, p_s, m_s, k_bars,
-    qt_bars, v_bars, p_bars. PACKED (tp_layout="packed"): the packed tiles of d_t in m_s's STAGES slots,
-    on p_bars, and t_s, p_s one slot each, which _unpack_tp fills from them (m_s is p_s otherwise)."""
+    of k, STAGES of q, T (beside q, on qt_bars), v and P. Returns k_s, q_s, t_s, v_s, p_s, k_bars,
+    qt_bars, v_bars, p_bars."""
     k_s = gl.allocate_shared_memory(d_k.dtype, [KS, BT, K], d_k.layout)
     q_s = gl.allocate_shared_memory(d_q.dtype, [STAGES, BT, K], d_q.layout)
-    # (In the order of the rings before PACKED: the same shared-memory offsets, the same kernel.)
-    t_s = gl.allocate_shared_memory(d_t.dtype, [1 if PACKED else STAGES, BT, BT], d_t.layout)
+    t_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)
     v_s = gl.allocate_shared_memory(d_v.dtype, [STAGES, BT, BV], d_v.layout)
-    if PACKED:
-        p_s = gl.allocate_shared_memory(d_t.dtype, [1, BT, BT], d_t.layout)
-        m_s = gl.allocate_shared_memory(d_t.dtype, [STAGES, BT, BT], d_t.layout)
-    else:
-        p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
-        m_s = p_s
-    return k_s, q_s, t_s, v_s, p_s, m_s, _barriers(KS), _barriers(STAGES), _barriers(STAGES), _barriers(STAGES)
-
-
-@gluon.jit
-def _unpack_tp(m_s, t_s, p_s, m_bars, c, slot, sp, NT, row_base, d_t, col_tp, STAGES: gl.constexpr,
-               BT: gl.constexpr):
-    """Chunk c's packed tile M (in slot ``slot`` of its ring m_s, m_bars; wy_split_factors' PACK_TP)
-    unpacked into slot ``sp`` (0, ring_slot's) of t_s and p_s: T diag(beta)'s strictly lower part where
-    it is (its diagonal, beta, the walks add themselves), and M's upper part with its diagonal, P^T
-    (P's lower part transposed), where it is; then chunk c + STAGES's M loaded into that slot. Both
-    tiles are then read by the matrix units (the fence, and every thread's stores before any product:
-    the load's barrier, which also frees M's slot). t_s's and p_s's last readers, chunk c - 1's
-    products, were waited for."""
-    _wait(m_bars, c, STAGES)
-    tile_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])   # 16-byte row pieces
-    b_m = m_s.index(slot).load(tile_l)
-    # Entry (r, c) is T's where r > c. A pair of entries takes three instructions on their bits: the
-    # mask (all ones where r > c, compared as fp16 pairs, exact below 2048), T's (m and it) and P's (m
-    # xor T's). Bits, not a 0/1 multiple: an infinite P (fp16's range passed without l2norm) would make
-    # T's zeros NaN. (A mask compared and selected entry by entry took ~80 more instructions a chunk;
-    # one kept in registers, 16 of them, made walk_t_kernel spill.) The rows count from sp, which the
-    # compiler cannot see is 0, so that the mask is formed again each chunk.
-    b_r = gl.broadcast(gl.expand_dims((gl.arange(0, BT, layout=gl.SliceLayout(1, tile_l)) + sp).to(gl.float16), 1),
-                       b_m)[0]
-    b_c = gl.broadcast(gl.expand_dims(gl.arange(0, BT, layout=gl.SliceLayout(0, tile_l)).to(gl.float16), 0), b_m)[0]
-    b_t, b_p = gl.inline_asm_elementwise(
-        "{ .reg .b32 mk; set.gt.u32.f16x2 mk, $3, $4; and.b32 $0, $2, mk; xor.b32 $1, $2, $0; }",
-        "=r,=r,r,r,r", [b_m, b_r, b_c], dtype=(gl.float16, gl.float16), is_pure=True, pack=2)
-    t_s.index(sp).store(b_t)
-    p_s.index(sp).store(b_p)
-    fence_async_shared()
-    _issue(c + STAGES, NT, m_bars, STAGES, row_base, BT, d_t, col_tp, m_s)
-
-
-@gluon.jit
-def _chunk_betas(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t, g_rows, TOKENS: gl.constexpr):
-    """The chunk's betas [BT] from token t0 (zeros past T) as the WY pass stores them beside the
-    packed tiles: [HV, g_rows] after G's (wy_split_factors' PACK_TP), in o_t's layout or (TOKENS) one
-    token a thread (_chunk_decays')."""
-    row0 = (row_base + t0).to(gl.int64)
-    base = decay_ptrs(Gc, row0, 0, i_hv + HV, HV, g_rows, True)        # (head HV + i_hv: Gc's second half)
-    if TOKENS:
-        o_tok = gl.arange(0, BT, layout=gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-    else:
-        o_tok = o_t
-    return gl.load(base + o_tok, mask=(t0 + o_tok) < T, other=0.0)
+    p_s = gl.allocate_shared_memory(d_p.dtype, [STAGES, BT, BT], d_p.layout)
+    return k_s, q_s, t_s, v_s, p_s, _barriers(KS), _barriers(STAGES), _barriers(STAGES), _barriers(STAGES)
 
 
 @gluon.jit
@@ -219,14 +167,12 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 @gluon.jit
 def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp,
                 k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr,
-                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr,
-                PACKED: gl.constexpr = False, m_s=None):
+                BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
     """The rings' first fills (chunks 0 .. STAGES - 1 of every kind), with WAIT once the WY pass has
     counted their groups done (done [N, n_groups, HV], at value head i_hv's q/k head's first value
     head: wy_kernel's SIGNAL). The walk's chunks start at the sequence's group g_first (a split
     segment's; else 0), on a group's boundary, and its last group is the sequence's last or a whole
-    one. PACKED: the packed tiles of d_t into m_s on p_bars, q alone on qt_bars (_rings'). Returns
-    p_count, this walk's first count, for next_k (one pointer kept through the loop)."""
+    one. Returns p_count, this walk's first count, for next_k (one pointer kept through the loop)."""
     i_count = counting_head(i_hv, H, HV, True)
     p_count = done + (i_n * n_groups + g_first) * HV + i_count
     if WAIT:
@@ -235,15 +181,9 @@ def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v,
                 wait_group(p_count, 0, 0, j, NT, HV, GROUP, HV // H)
     for c in gl.static_range(STAGES):
         _issue(c, NT, k_bars, KS, row_base, BT, d_k, col_qk, k_s)
-        if PACKED:
-            _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s)
-        else:
-            _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         _issue(c, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)
-        if PACKED:
-            _issue(c, NT, p_bars, STAGES, row_base, BT, d_t, col_tp, m_s)
-        else:
-            _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        _issue(c, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
     return p_count
 
 
@@ -341,7 +281,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                       LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                       GROUP: gl.constexpr, SKIP: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                      num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False, TP_PACKED: gl.constexpr = False):
+                      num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns).
     d_q, d_k: descriptors of the WY pass's fp16 q, k [tokens, H x K] (l2-normalised with l2norm), blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks [BT,
@@ -373,12 +313,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     Each kind of tile has its own ring of STAGES slots (k: STAGES + 1) and barriers, and chunk
     c + STAGES's tile is loaded as soon as chunk c is done with that kind, not at the next chunk's
     start: v once it is in registers, q and T after U and q S, P after o, k a chunk earlier (its own
-    extra slot). So even at one stage every tile is loaded about a chunk ahead of its use.
-
-    TP_PACKED (tp_layout="packed"): d_t holds T diag(beta) and P as one packed tile a chunk (d_p unused),
-    unpacked at the chunk's start beside k S and q S (_unpack_tp; the next chunk's tile loaded right
-    after), T diag(beta)'s diagonal added as U's initial accumulator, diag(beta) Z, the betas [HV, rows]
-    after G in Gc (G_BY_HEAD), a chunk ahead."""
+    extra slot). So even at one stage every tile is loaded about a chunk ahead of its use."""
     KS: gl.constexpr = STAGES + 1
     i_v, i_n, i_nh, i_hv, row_base, T, NT, col_qk, col_v, col_tp = program_rows(
         gl.program_id(0), cu_seqlens, seq_order, T, HV, H, K, V, BT, BV, IS_VARLEN, LONGEST_FIRST)
@@ -399,8 +334,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                                                      instr_shape=[16, BV, 16])
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_l)
     cols_l: gl.constexpr = gl.SliceLayout(0, acc_l)
-    k_s, q_s, t_s, v_s, p_s, m_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT,
-                                                                          K, BV, TP_PACKED)
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     # The B operands formed here: the state's fp16 copy [K, BV], Z (then U in the same buffer: U = T Z
     # is waited for before U is stored) and e^{G_C - G} U [BT, BV].
     s_s = gl.allocate_shared_memory(gl.float16, [K, BV], gl.NVMMASharedLayout.get_default_for([K, BV], gl.float16))
@@ -413,12 +347,10 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
 
     p_count = first_fills(done, i_n, i_hv, NT, 0, gl.cdiv(NT, GROUP), row_base, d_q, d_k, d_v, d_t, d_p, col_qk,
                           col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES,
-                          KS, WAIT, GROUP, TP_PACKED, m_s)
+                          KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
     b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, False, rows, G_BY_HEAD)
-    if TP_PACKED:
-        b_B_next = _chunk_betas(Gc, row_base, 0, T, i_hv, HV, BT, o_t, rows, False)
     for c in range(0, NT):
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
@@ -428,9 +360,6 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, False,
                                                            rows, G_BY_HEAD)
-        if TP_PACKED:
-            b_B = b_B_next
-            b_B_next = _chunk_betas(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, rows, False)
 
         s_s.store(b_S.to(gl.float16))
         fence_async_shared()
@@ -438,10 +367,6 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_kS = warpgroup_mma(k_s.index(sk), s_s, b_zero, use_acc=False, is_async=True)
         _wait(qt_bars, c, STAGES)
         b_qS = warpgroup_mma(q_s.index(st), s_s, b_zero, use_acc=False, is_async=True)
-        sp = ring_slot(c, 1, T)            # (the unpacked tiles' one slot)
-        if TP_PACKED:
-            # (Beside the products: t_s and p_s were last read by chunk c - 1's, waited for.)
-            _unpack_tp(m_s, t_s, p_s, p_bars, c, st, sp, NT, row_base, d_t, col_tp, STAGES, BT)
         # Beside the products: tau (Z's scale) from max |v| and the state's largest entry.
         b_mS = tile_max(b_S) * (1.0 / b_sig)
         b_v, b_tau, b_ld, b_eG = values_and_scales(v_s, v_bars, c, STAGES, acc_l, MASK_ROWS, m_t, b_mS, b_G, b_G0,
@@ -451,16 +376,10 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         zu_s.store(b_Z.to(gl.float16))
         fence_async_shared()
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
-        if TP_PACKED:
-            b_U = warpgroup_mma(t_s.index(sp), zu_s, b_Z * b_B[:, None], is_async=True)     # (+ diag(beta) Z)
-        else:
-            b_U = warpgroup_mma(t_s.index(st), zu_s, b_zero, use_acc=False, is_async=True)
+        b_U = warpgroup_mma(t_s.index(st), zu_s, b_zero, use_acc=False, is_async=True)
         # (Waiting for U alone, with q S outstanding, crashes ptxas 12.8 here: both at once.)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
-        if TP_PACKED:
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s)
-        else:
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
         b_Uc = b_U * exp_ftz(b_G_last - b_G)[:, None]
@@ -471,15 +390,11 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         p_o = o + (row0 * HV + i_hv) * V + (o_t[:, None] * (HV * V) + o_v[None, :])
         b_acc_o = b_qS * (scale * b_eG)[:, None]
         b_acc_S = b_S * gl.exp2(b_G_last * _LOG2E + b_ld)
-        if TP_PACKED:
-            b_o = warpgroup_mma(p_s.index(sp).permute((1, 0)), zu_s, b_acc_o, is_async=True)     # (p_s holds P^T)
-        else:
-            _wait(p_bars, c, STAGES)
-            b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
+        _wait(p_bars, c, STAGES)
+        b_o = warpgroup_mma(p_s.index(st), zu_s, b_acc_o, is_async=True)
         b_Sn = warpgroup_mma(k_s.index(sk).permute((1, 0)), uc_s, b_acc_S, is_async=True)
         b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
-        if not TP_PACKED:
-            _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+        _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         gl.store(p_o, (b_o * (1.0 / b_tau)).to(o.dtype.element_ty), mask=m_t[:, None])
         b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
         b_S = b_S * pow2_of(log2_pow2(b_sig_next) - log2_pow2(b_tau))
@@ -551,7 +466,7 @@ def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, B
 
 def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
                cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
-               descs_in_kernel=False, decays_by_head=False, tp_packed=False):
+               descs_in_kernel=False, decays_by_head=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]); h0, ht [N, HV, K, V] fp32 or None;
     cu_seqlens [N + 1] (B = 1: packed sequences) and seq_order [N] int32 (the order in which to walk
@@ -560,15 +475,11 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     skip [N x HV] int32 or None: heads whose programs return (nonzero; walk_gluon_kernel's SKIP: at
     once, or with skip_late, where the WY pass marks them, once its first counts are in, SKIP = 2); descs_in_kernel:
     the kernel makes its TMA descriptors (walk_launch);
-    descs: shared_descriptors' of these tensors, or None; tp_packed: tb holds T diag(beta) and P as one
-    packed tile a chunk (attn unused) and Gc the betas after G, [2, HV, B x T] (walk_gluon_kernel's
-    TP_PACKED; with decays_by_head).
+    descs: shared_descriptors' of these tensors, or None.
     The tiles are 64 rows (one warpgroup of 4 warps); maxnreg caps the registers a thread (None: no cap).
     The launcher (gdn.ops.triton.forward) checks all of this first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
-    if tp_packed and not decays_by_head:
-        raise ValueError("tp_packed (the packed T diag(beta) and P) needs decays_by_head: the betas beside G")
     if BT != 64 or num_warps != 4:
         raise ValueError(f"walk='gluon' needs chunk_size 64 and 4 warps, got {BT} and {num_warps}")
     if V % BV:
@@ -580,6 +491,5 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
-        SKIP=0 if skip is None else 2 if skip_late else 1, G_BY_HEAD=decays_by_head, TP_PACKED=tp_packed, **flags,
-        num_warps=num_warps,
+        SKIP=0 if skip is None else 2 if skip_late else 1, G_BY_HEAD=decays_by_head, **flags, num_warps=num_warps,
         **(dict(maxnreg=maxnreg) if maxnreg else {}))

@@ -44,8 +44,8 @@ from .decay import exp_ftz
 from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
-from .walk_gluon import (_LOG2E, _chunk_betas, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor,
-                         _unpack_tp, _wait, first_fills, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
+from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
+                         first_fills, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
 
 
 @gluon.jit
@@ -146,8 +146,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False,
-            PACKED: gl.constexpr = False, m_s=None):
+            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -159,12 +158,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     arguments are its). The chunk's decays G come one token a thread (_chunk_decays' TOKENS, carried
     so): e^{G - G_0} and e^{G_C - G} are formed there, one exponential a token, and moved to the
     columns' layout through shared memory (each thread's 16 columns' loads and 32 exponentials took
-    ~10% more of this walk's time on an H200: NOTES.md v36). PACKED (tp_layout="packed"): chunk c's
-    packed tile from m_s unpacked beside k S and q S (walk_gluon._unpack_tp: p_s then holds P^T), T
-    diag(beta)'s diagonal added as U^T's initial accumulator, Z^T diag(beta), the betas a chunk ahead
-    as the decays (walk_gluon._chunk_betas)."""
-    if PACKED:
-        b_B_next = _chunk_betas(Gc, row_base, c_lo * BT, T, i_hv, HV, BT, o_t, g_rows, True)
+    ~10% more of this walk's time on an H200: NOTES.md v36)."""
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -172,16 +166,12 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
                             BT, BV, IS_VARLEN, LONGEST_FIRST, scol_l)
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = ring_slot(c, STAGES, T)
-        sp = ring_slot(c, 1, T)            # (PACKED: the unpacked tiles' one slot)
         sk = c % KS
         m_t = (c * BT + o_t) < T
         b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
         b_Gsum += b_G_last
         b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True,
                                                            g_rows, G_BY_HEAD)
-        if PACKED:
-            b_B = b_B_next
-            b_B_next = _chunk_betas(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, g_rows, True)
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
         # Each column's largest state entry, before the products (b_S's registers read while a product
@@ -195,8 +185,6 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         _wait(qt_bars, c, STAGES)
         if OUT:
             b_qS = warpgroup_mma(b_s16, q_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
-        if PACKED:
-            _unpack_tp(m_s, t_s, p_s, p_bars, c, st, sp, NT, row_base, d_t, col_tp, STAGES, BT)
         # Beside the products: each column's tau from its max |v| and its state's largest entry.
         _wait(v_bars, c, STAGES)
         b_v = v_s.index(st).permute((1, 0)).load(acc_t).to(gl.float32)
@@ -217,12 +205,8 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
-        if PACKED:
-            b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(sp).permute((1, 0)),
-                                b_Z * gl.convert_layout(b_B, o_t.type.layout)[None, :], is_async=True)
-        else:
-            b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
-                                use_acc=False, is_async=True)
+        b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
+                            use_acc=False, is_async=True)
         b_dc = exp_ftz(b_G_last - b_G)     # (while U's product runs)
         if MASK_ROWS:
             b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
@@ -231,22 +215,14 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         else:
             b_U = warpgroup_mma_wait(num_outstanding=0, deps=(b_U,))
-        if PACKED:
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s)
-        else:
-            _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
+        _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         b_Uc = b_U * b_dc[None, :]
         # The next sigma, column by column.
         b_sig_next = pow2_below_inverse(bound_of(exp_ftz(b_G_last), b_mS, _row_max(b_Uc), b_tau))
-        if not PACKED:
-            _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
+        _wait(p_bars, c, STAGES)           # (a warm-up too: each fill of the ring waited for once)
         if OUT:
-            if PACKED:
-                b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(sp),
-                                    b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
-            else:
-                b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
-                                    b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
+            b_o = warpgroup_mma(gl.convert_layout(b_U.to(gl.float16), a_t), p_s.index(st).permute((1, 0)),
+                                b_qS * (scale * b_aG)[:, None] * b_eT[None, :], is_async=True)
         # S'^ = S^ e^{G_C} sigma' / sigma + (Uc sigma' / tau)^T k: both factors at most ~2.
         b_lsn = log2_pow2(b_sig_next)
         b_fU = pow2_of(b_lsn - log2_pow2(b_tau))
@@ -255,8 +231,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_Sn = warpgroup_mma(b_uc16, k_s.index(sk), b_S * b_fS[:, None], is_async=True)
         if OUT:
             b_o = warpgroup_mma_wait(num_outstanding=1, deps=(b_o,))          # the state's update still runs
-            if not PACKED:
-                _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
+            _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
             # o^T / tau into the [BT, BV] tile (transposed), then to o by TMA (rows past the tensor's end
             # are not written); with MASK_ROWS a last chunk that ends inside the tile waits for the loop's
             # end (masked stores there, out of the loop's registers).
@@ -270,7 +245,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
                 whole = c >= 0
             if whole:
                 tma.async_copy_shared_to_global(d_o, [row_base + c * BT, col_v], o_s)
-        elif not PACKED:
+        else:
             _issue(c + STAGES, NT, p_bars, STAGES, row_base, BT, d_p, col_tp, p_s)
         b_S = warpgroup_mma_wait(num_outstanding=0, deps=(b_Sn,))
         b_sig = gl.convert_layout(b_sig_next, scol_l)
@@ -285,7 +260,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                   HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
                   GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-                  num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False, TP_PACKED: gl.constexpr = False):
+                  num_warps: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T: _walk_t's
     phase SPLIT (arguments as its), or with SPLIT = 5 the posterior check's two phases in one launch,
     3 then 4. A program's phase 4 waits only for the program before it in the grid (segment p - 1's,
@@ -300,7 +275,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
             seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,
             STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
-            DESCS_IN_KERNEL, num_warps, G_BY_HEAD, TP_PACKED)
+            DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
@@ -308,7 +283,7 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
                 seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
                 fresh_int(L), fresh_int(W), fresh_int(L0), rows, H, HV, K, V, BT,
                 BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
-                DESCS_IN_KERNEL, num_warps, G_BY_HEAD, TP_PACKED)
+                DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
 
 
 @gluon.jit
@@ -319,7 +294,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
             LONGEST_FIRST: gl.constexpr, MASK_ROWS: gl.constexpr, WAIT: gl.constexpr,
             GROUP: gl.constexpr, SPLIT: gl.constexpr, CHOSEN: gl.constexpr, DESCS_IN_KERNEL: gl.constexpr,
-            WARPS: gl.constexpr, G_BY_HEAD: gl.constexpr = False, TP_PACKED: gl.constexpr = False):
+            WARPS: gl.constexpr, G_BY_HEAD: gl.constexpr = False):
     """One program walks all chunks of one (sequence, value head, BV state columns) on S^T (the module
     docstring). Tensors as walk_gluon_kernel's, and d_o: a descriptor of o as [tokens, HV x V] in
     [BT, BV] tiles (chunks whose rows all belong to the sequence are stored through it; a last chunk
@@ -384,8 +359,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
     d_q, d_k, d_v, d_t, d_p = walk_descriptors(d_q, d_k, d_v, d_t, d_p, rows, H, HV, K, V, BT, BV, DESCS_IN_KERNEL)
     if DESCS_IN_KERNEL:
         d_o = _tile_descriptor(d_o, rows, HV * V, BT, BV)
-    k_s, q_s, t_s, v_s, p_s, m_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT,
-                                                                          K, BV, TP_PACKED)
+    k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
 
     # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
@@ -425,7 +399,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
 
     p_count = first_fills(done, i_n, i_hv, NT, c_first // GROUP, gl.cdiv(NT_all, GROUP), row_base, d_q, d_k, d_v,
                           d_t, d_p, col_qk, col_v, col_tp, k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H,
-                          HV, BT, STAGES, KS, WAIT, GROUP, TP_PACKED, m_s)
+                          HV, BT, STAGES, KS, WAIT, GROUP)
     if SPLIT == 2:
         # (After the rings' first fills, which need no state.) Segment 0 from h0, the others from their
         # warm-up's state if certified (or exact), else from the segment before's final state once it
@@ -453,7 +427,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, PACKED=TP_PACKED, m_s=m_s)
+                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -464,13 +438,13 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD, TP_PACKED, m_s)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, PACKED=TP_PACKED, m_s=m_s)
+            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -525,7 +499,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
 
 def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
                  done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
-                 descs_in_kernel=False, decays_by_head=False, tp_packed=False):
+                 descs_in_kernel=False, decays_by_head=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
     certified split, on dense sequences whose chunks read no other sequence's rows: the bounds' check
@@ -536,13 +510,10 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     the posterior check they stand for Split.trusted too); descs: walk_gluon's
     shared_descriptors of these tensors, or None (made here); descs_in_kernel: the kernel makes its
     descriptors, o's too (walk_gluon.walk_launch), without a split only; decays_by_head: Gc is
-    [HV, B x T] (walk_gluon.walk_gluon's); tp_packed: the packed T diag(beta) and P (walk_gluon.walk_gluon's).
-    The launcher
+    [HV, B x T] (walk_gluon.walk_gluon's). The launcher
     (gdn.ops.triton.forward) checks the shapes first; the checks here guard direct calls."""
     B, T, _, K = qn.shape
     V = v.shape[-1]
-    if tp_packed and not decays_by_head:
-        raise ValueError("tp_packed (the packed T diag(beta) and P) needs decays_by_head: the betas beside G")
     if BT != 64 or BV != 64 or K not in (64, 128) or V % BV:
         raise ValueError(f"walk='gluon_t' needs chunk_size 64, block_v 64, K of 64 or 128 and V a multiple of 64, "
                          f"got {BT}, {BV}, {K}, {V}")
@@ -573,5 +544,5 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
         launch(walk_t_kernel, (P * (V // BV) * N * HV,),
             *args[:5], d_o, *args[5:], o if done is None else done, *segs, heads,
             scale, T, P, L, W, L0, B * T, H=H, HV=HV, K=K, V=V, BT=BT, BV=BV, STAGES=stages, WAIT=done is not None,
-            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, G_BY_HEAD=decays_by_head, TP_PACKED=tp_packed,
+            GROUP=group, SPLIT=phase, CHOSEN=split_heads is not None, G_BY_HEAD=decays_by_head,
             **flags, num_warps=4)

@@ -121,36 +121,6 @@ def store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hv, o_t, m_t,
 
 
 @triton.jit
-def store_packed(tp_out, b_Tb, b_P, row0, i_hv, HV: tl.constexpr, BT: tl.constexpr, o_t, m_t,
-                 TRANSPOSED: tl.constexpr):
-    """A chunk's packed tile M [BT, BT] in fp16 at tp_out [tokens, HV, BT] (plan_forward's
-    tp_layout="packed": T diag(beta) and P in the bytes of one of them): M_ij = (T diag(beta))_ij below
-    the diagonal (its diagonal, beta, the walks take from the stored betas) and M_ij = P_ji on and above
-    it. b_Tb fp32 and b_P fp16 [BT, BT] as formed (TRANSPOSED: their transposes), m_t [BT] the chunk's
-    tokens inside the sequence (M's rows stored). One tile formed in registers (one of the two
-    transposed there), so that whole rows go out in 16-byte stores: each half stored apart under
-    its triangular mask took one 2-byte store an entry (compile_report: 192 STG.E.U16 a program)."""
-    o_i = tl.arange(0, BT)
-    lower = o_i[:, None] > o_i[None, :]
-    if TRANSPOSED:
-        b_M = tl.where(lower, tl.trans(b_Tb.to(tl.float16)), b_P)
-    else:
-        b_M = tl.where(lower, b_Tb.to(tl.float16), tl.trans(b_P))
-    tl.store(tp_out + row_offsets(row0, i_hv, HV, BT, o_t, o_t), b_M, mask=m_t[:, None])
-
-
-@triton.jit
-def store_packed_t(tp_out, b_Tb, row0, i_hv, HV: tl.constexpr, BT: tl.constexpr, o_t, m_t):
-    """T diag(beta)'s half of the packed tile (store_packed's), from b_Tb [BT, BT] fp32 untransposed:
-    the tf32x3 fallback's, over what the fp16 path stored there (the other threads' stores first:
-    the barrier)."""
-    tl.debug_barrier()
-    o_i = tl.arange(0, BT)
-    tl.store(tp_out + row_offsets(row0, i_hv, HV, BT, o_t, o_t), b_Tb.to(tl.float16),
-             mask=m_t[:, None] & (o_i[:, None] > o_i[None, :]))
-
-
-@triton.jit
 def _t_times_columns(b_Tx, b_x, NSPLIT: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """b_Tx [BT, BT] fp32 (cut into NSPLIT bf16 parts) @ b_x [BT, BC] in DOT_DTYPE: BC columns of u or
     w. At BT = 64 and BC < 64 as the transposed product (b_x^T b_Tx^T)^T, which runs on mma.sync: the
@@ -174,7 +144,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                      STORE_NORMS: tl.constexpr, STORE_ATTN: tl.constexpr, STORE_T: tl.constexpr = False,
                      F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16, HEADS: tl.constexpr = 1,
                      FALLBACK_AFTER: tl.constexpr = False, g_rows=0, G_BY_HEAD: tl.constexpr = False,
-                     STORE_QK: tl.constexpr = True, PACK_TP: tl.constexpr = False):
+                     STORE_QK: tl.constexpr = True):
     """w and u (or T diag(beta): STORE_T) of one chunk from bf16 k and v, without fp32 copies of
     either: the l2-norms of the keys are the diagonal of k k^T (the same exact products as a sum of
     squares, summed in another order; the queries', needed only here, are a plain sum of squares),
@@ -200,16 +170,11 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     and P^T too: decay_matrix's and store_attention's TRANSPOSED), T diag(beta) and P stored where
     the untransposed tiles go; without FALLBACK_AFTER a head that needs the fallback takes it right
     after its own store (t_at_tf32x3 either way, so both orders store the same bits).
-    PACK_TP (F16 with STORE_T, STORE_ATTN and G_BY_HEAD): T diag(beta) and P as one packed fp16 tile at
-    t_out (store_packed; P kept in fp16 through the inverse), and beta [HV, g_rows] after G (G_out +
-    HV g_rows): T diag(beta)'s diagonal, which the packed tile leaves to P.
     """
     TR: tl.constexpr = INVERSE == "f16_subst_t"
     tl.static_assert(not FALLBACK_AFTER or (F16 and STORE_T and STORE_ATTN and (INVERSE == "f16_subst" or TR)),
                      "FALLBACK_AFTER: the fp16 walk's pass with INVERSE='f16_subst' or 'f16_subst_t'")
     tl.static_assert(not TR or (F16 and STORE_T and STORE_ATTN), "INVERSE='f16_subst_t': the fp16 walk's pass")
-    tl.static_assert(not PACK_TP or (F16 and STORE_T and STORE_ATTN and G_BY_HEAD),
-                     "PACK_TP: the fp16 walk's pass with G stored by head")
     row0 = tok0 + t0
     o_t = tl.arange(0, BT)
     m_t = (t0 + o_t) < T_seq
@@ -255,11 +220,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT, TR)
         if STORE_ATTN:
             tl.store(decay_ptrs(G_out, row0, o_t, i_hvj, HV, g_rows, G_BY_HEAD), b_G, mask=m_t)
-            if PACK_TP:            # (head HV + i_hvj: G_out's second half)
-                tl.store(decay_ptrs(G_out, row0, o_t, i_hvj + HV, HV, g_rows, True), b_beta, mask=m_t)
-                b_P16 = (b_qkn * b_D).to(tl.float16)         # (stored with T diag(beta), after the inverse)
-            else:
-                store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
+            store_attention(attn_out, attn2_out, b_qkn, b_D, row0, i_hvj, o_t, m_t, HV, BT, F16, TR)
         b_A = chunk_A(b_kkn, b_beta, b_D, BT, TR)
         wide = 0
         if FALLBACK_AFTER or TR:
@@ -271,13 +232,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         else:
             b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
             m_ok = m_tt
-        if PACK_TP:
-            # (Where the fp16 inverse left its range, T's half is stored again by the fallback below.)
-            if TR:
-                store_packed(t_out, b_T * b_beta[:, None], b_P16, row0, i_hvj, HV, BT, o_t, m_t, True)
-            else:
-                store_packed(t_out, b_T * b_beta[None, :], b_P16, row0, i_hvj, HV, BT, o_t, m_t, False)
-        elif STORE_T:
+        if STORE_T:
             if TR:
                 o_tt = row_offsets_t(row0, i_hvj, HV, BT, o_t, o_t)
                 store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[:, None], m_ok, F16)
@@ -290,14 +245,14 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         if TR and not FALLBACK_AFTER:
             if wide:
                 t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
-                            USE_L2NORM, DOT_DTYPE, HEADS, PACK_TP)
+                            USE_L2NORM, DOT_DTYPE, HEADS)
     if FALLBACK_AFTER:
         # The heads whose chunk leaves fp16's range, formed again from the inputs at tf32x3 (rare: beta
         # past 1, gates that grow, T past 16384), after every head's fp16 path.
         for j in tl.static_range(HEADS):
             if (wide_bits >> j) & 1:
                 t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
-                            USE_L2NORM, DOT_DTYPE, HEADS, PACK_TP)
+                            USE_L2NORM, DOT_DTYPE, HEADS)
 
 
 @triton.jit
@@ -339,12 +294,11 @@ def keys_gram(b_k, BT: tl.constexpr, USE_L2NORM: tl.constexpr):
 @triton.jit
 def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr, HV: tl.constexpr,
                 K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr, PACKED: tl.constexpr = False):
+                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr):
     """T diag(beta) of value head i_hv + j of one chunk formed again from the inputs, its inverse at
     tf32x3 (unit_lower_inverse_blocks from our own parts, as unit_lower_inverse's fallback), stored
-    in fp16 at t_out (PACKED: its half of the packed tile, store_packed_t). k k^T, r_k, G, D and A
-    as the fp16 path formed them (the same loads, products and sums, bit for bit), nothing of them
-    kept in registers across that path."""
+    in fp16 at t_out. k k^T, r_k, G, D and A as the fp16 path formed them (the same loads, products and
+    sums, bit for bit), nothing of them kept in registers across that path."""
     o_k = tl.arange(0, BK)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
                   other=0.0).to(DOT_DTYPE)
@@ -353,11 +307,8 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
     b_beta = head_column(b_beta_all, j, HEADS)
     b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
     b_T = unit_lower_inverse_blocks(chunk_A(b_kkn, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, True)
-    if PACKED:
-        store_packed_t(t_out, b_T * b_beta[None, :], row0, i_hv + j, HV, BT, o_t, m_t)
-    else:
-        o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
-        store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
+    o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
+    store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
 
 
 @triton.jit
@@ -436,7 +387,7 @@ def wy_kernel(
     GROUP: tl.constexpr = 1, F16: tl.constexpr = False, F16_DOT: tl.constexpr = tl.float16,
     HEADS: tl.constexpr = 1, FEED: tl.constexpr = False, FALLBACK_AFTER: tl.constexpr = False,
     FORGET: tl.constexpr = False, FORGET_BLOCK: tl.constexpr = 64, G_BY_HEAD: tl.constexpr = False,
-    STORE_QK: tl.constexpr = True, PACK_TP: tl.constexpr = False,
+    STORE_QK: tl.constexpr = True,
 ):
     """w [tokens, HV, K] and u [tokens, HV, V] (in u_out's dtype), or T diag(beta) (STORE_T), for one
     chunk of HEADS value heads (one unless the launcher's wy_heads asks for more).
@@ -455,8 +406,7 @@ def wy_kernel(
     output attention as one fp16 tile each (t_out, attn_out) and q and k in fp16 (l2-normalised with
     l2norm; qn_out, kn_out [tokens, H, K]; not STORE_QK: none, the walk reading fp16 inputs without l2norm
     as they are), for the walk on fp16 operands; with SIGNAL each group of value heads
-    sharing a q/k head counts at its first head. PACK_TP (F16, G_BY_HEAD): T diag(beta) and the output
-    attention as one packed fp16 tile at t_out, beta by head after G (wy_split_factors).
+    sharing a q/k head counts at its first head.
     SIGNAL (dense, split path, one launch over all chunks: the walk runs beside it and waits, see
     chunk_fwd's WAIT): the chunks are taken in order, and each program adds 1 to
     done[sequence, chunk // GROUP, head] for each value head it formed, once its stores are visible.
@@ -490,7 +440,7 @@ def wy_kernel(
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
                          t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
-                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD, STORE_QK, PACK_TP)
+                         F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD, STORE_QK)
         if SIGNAL:
             # The chunk's place is found again from the program id read anew, so that nothing of it
             # stays live through the pass (kept, it made ptxas spill more).

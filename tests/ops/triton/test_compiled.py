@@ -42,9 +42,6 @@ def test_launches_are_listed_without_compiling():
     ("1,2,64,64", ["--variants", "gluon walk,gluon t", "--packed", "2"]),     # packed sequences (MASK_ROWS)
     ("1,2,64,64", ["--variants", "gluon t split,gluon t split beside", "--shape", "1,8192"]),   # after, beside WY
     ("1,2,64,64", ["--variants", "split one launch", "--shape", "1,8192"]),   # the posterior's walk and check in one
-    # T diag(beta) and P in one packed tile (tp_layout="packed"): the WY pass's stores, the walks' unpacking
-    ("1,2,64,64", ["--variants", "gluon walk beside&tp packed,gluon t&tp packed,gluon t split&tp packed",
-                   "--shape", "1,8192"]),
 ])
 def test_no_uniform_register_read_before_its_write(heads, extra):
     args = ["--shape", "1,140", "--heads", heads, "--chunk", "64", "--check"]

@@ -125,36 +125,6 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
-@pytest.mark.parametrize("walk, case", [(w, c) for w in WALKS for c in (
-    "dense", "partial chunks at B = 3", "varlen", "beside the WY pass", "no l2norm")] + [("gluon_t", "split")])
-def test_gluon_walk_packed_tile(case, walk, monkeypatch):
-    """tp_layout="packed": the walks unpack T diag(beta) and P from one tile a chunk and add T's
-    diagonal from the stored betas (TP_PACKED on every walk launch, checked): o and S close to the
-    reference and to the same walk on the separate tiles (the same products, T's diagonal summed apart),
-    no output row unwritten (NaN-poisoned). Whole chunks, partial ones read across sequences
-    (MASK_ROWS), packed sequences, beside the WY pass (its counts: WAIT), the certified split
-    (walk_gluon_t's segments), unit q and k without l2norm."""
-    from gdn.ops.triton import triton_forward
-    module, kernel = _kernels()[walk]
-    packed = []
-    spy_launches(monkeypatch, kernel, lambda grid, args, kw: packed.append(kw["TP_PACKED"]), module=module)
-    B, T = {"dense": (2, 256), "partial chunks at B = 3": (3, 200), "varlen": (1, 400),
-            "beside the WY pass": (1, 4096), "split": (1, 8192), "no l2norm": (2, 300)}[case]
-    l2norm = case != "no l2norm"           # (random_inputs' keys are near unit norm: |k|^2 ~ 1)
-    cu = torch.tensor([0, 100, 101, 400], device="cuda", dtype=torch.int32) if case == "varlen" else None
-    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 128, 128, dtype=torch.bfloat16, initial_state=True, seed=T,
-                                         N=3 if cu is not None else None, device="cuda")
-    call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=l2norm, cu_seqlens=cu,
-                **_walk(walk), **dict(pieces=8, num_segments=1) if case == "beside the WY pass" else {},
-                **dict(split_walk=True, operands="fp16") if case == "split" else {})   # ("gluon t split")
-    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm, cu_seqlens=cu)
-    o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), tp_layout="packed", **call)
-    assert packed and all(packed)
-    o_s, S_s = triton_forward(q, k, v, g, beta, tp_layout="separate", **call)
-    assert_fp16_walk_close(o, S, o_ref, S_ref, o_s, S_s)
-
-
-@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
 @pytest.mark.parametrize("walk", WALKS)
 @pytest.mark.parametrize("B, T", [(2, 1000), (1, 4096)])
 def test_gluon_walk_without_l2norm(B, T, walk):
