@@ -49,7 +49,11 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             shorter than chunk_size runs as one chunk of the next power of two (the same maps on
             fewer padding tokens).
             Gradients flow through every backend; "triton" has no backward kernels yet, so a call
-            that needs gradients runs the "chunk" backend on the same device instead.
+            that needs gradients runs the "chunk" backend on the same device instead. "triton" can
+            be captured in a CUDA graph (torch.cuda.graph): no kernel of the capture waits on one
+            it is not ordered after (the schedule then differs from the eager call's at B = 1;
+            the results are checked against the float64 reference, and bit for bit against the
+            eager call where the sequence is split into segments).
 
     Returns:
         ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype; final_state ``[N, HV, K, V]`` float32
