@@ -205,10 +205,12 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
 
     def automatic_segments():
         """The automatic split's segments (P_s, L_s, W_s, L0_s: count, length, warm-up and the first's
-        length, in chunks), or None where it does not apply or takes fewer than two."""
+        length, in chunks), or None where it does not apply (packed sequences among them: the
+        segments are a dense sequence's) or takes fewer than two."""
         splits.last_heads = splits.last_outcome = None        # (this call's, if it splits)
         long_enough = p.split_walk == "auto" or NT >= splits.AUTO_MIN_CHUNKS
-        if not (p.auto_split and long_enough and p.walk == "gluon" and V % 64 == 0 and K in (64, 128)):
+        if not (p.auto_split and long_enough and cu_seqlens is None and p.walk == "gluon" and V % 64 == 0
+                and K in (64, 128)):
             return None
         # Placed as split_walk=True's after the WY pass: 64 columns a program, two programs an SM.
         P_s, L_s, W_s = splits.plan(True, p.split_warmup, NT, N * HV * (V // 64), planning.num_sms(q.device),

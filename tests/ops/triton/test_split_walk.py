@@ -437,7 +437,8 @@ def test_automatic_split_routing_under_graph_capture(monkeypatch):
     """While a CUDA graph is being captured no walk waits on the WY pass's counts (a graph may start
     two streams' kernels in either order): the WY pass without them, then the heads' choice, the
     ordered walk skipping the chosen heads at once (SKIP 1) and the chosen heads' segments, both
-    after it. Without the split (shorter sequences), the Gluon walk alone after the WY pass."""
+    after it. Without the split (shorter sequences, packed ones), the Gluon walk alone after the WY
+    pass."""
     import gdn.ops.triton.plan as planning
     monkeypatch.setattr(planning, "stream_capturing", lambda q: True)
     T = split_walk.AUTO_MIN_CHUNKS * 64
@@ -449,6 +450,10 @@ def test_automatic_split_routing_under_graph_capture(monkeypatch):
     shorter = _record_walks(monkeypatch, T - 64)
     assert [name for name, _ in shorter] == ["wy_kernel", "walk_gluon_kernel"]
     assert not dict(shorter)["walk_gluon_kernel"]["WAIT"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
+    monkeypatch.setattr(planning, "num_sms", lambda device: 132)         # (two sequences' walk programs: flags fit)
+    packed = _record_walks(monkeypatch, T, cu_seqlens=torch.empty(3, dtype=torch.int32, device="meta"))
+    assert [name for name, _ in packed] == ["wy_kernel", "walk_gluon_kernel"]       # (the split is a dense one's)
+    assert not dict(packed)["walk_gluon_kernel"]["SKIP"]
 
 
 def test_split_walk_refusals(monkeypatch):
