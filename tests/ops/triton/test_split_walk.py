@@ -223,17 +223,17 @@ def test_forgetting_heads_with_keys_that_are_not_normalised():
     g = torch.full((2, T, 4), -2.0)
     beta = torch.full((2, T, 4), 0.5)
     k = torch.nn.functional.normalize(torch.randn(2, T, H, K), dim=-1)
-    assert split_walk.forgetting_heads(g, beta, BT, P, L, W, k=k.bfloat16()).tolist() == [1] * 8
+    on = lambda x: x.to(DEVICE)
+    assert split_walk.forgetting_heads(on(g), on(beta), BT, P, L, W, k=on(k.bfloat16())).tolist() == [1] * 8
     k[0, 2 * L * BT - 5, 0] *= 2.5              # in segment 2's warm-up: beta |k|^2 = 3.1 for heads 0 and 1
     beta[0, 2 * L * BT - 5, 1] = 0.3            # ... 1.9 for head 1
     k[1, 2 * L * BT - 3 * BT, 1] *= 10.0        # before that warm-up: read by none
     k[1, 3 * L * BT - 1, 1] *= 1.5              # segment 3's warm-up's last token, heads 2 and 3: 1.125
     for L0, forget in ((None, split_walk.FORGET_LOG2), (6, float("inf"))):
         P_ = P if L0 is None else 3
-        heads = split_walk.forgetting_heads(g.to(DEVICE), beta.to(DEVICE), BT, P_, L, W, L0, forget,
-                                            k=k.bfloat16().to(DEVICE)).cpu()
+        heads = split_walk.forgetting_heads(on(g), on(beta), BT, P_, L, W, L0, forget, k=on(k.bfloat16())).cpu()
         assert heads.tolist() == _forgetting_reference(g, beta, P_, L, W, L0, forget, k=k.bfloat16()).tolist()
-    heads = split_walk.forgetting_heads(g, beta, BT, P, L, W, k=k.bfloat16())
+    heads = split_walk.forgetting_heads(on(g), on(beta), BT, P, L, W, k=on(k.bfloat16()))
     assert heads.tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
 
 
