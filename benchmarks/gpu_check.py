@@ -202,6 +202,10 @@ def correctness() -> None:
     check("bf16 B1 T32k decaying replayed from a CUDA graph (the split)", 1, 32768, torch.bfloat16, graph=True)
     check("bf16 B1 T32k long memory replayed from a CUDA graph (the ordered walk)", 1, 32768, torch.bfloat16,
           gates="long", graph=True)
+    # Two packed sequences x 4 value heads fit the flags' condition: captured, the Gluon walk after the
+    # WY pass without the split (a dense sequence's).
+    check("bf16 varlen 32k in 2 pieces, 4 value heads, replayed from a CUDA graph", 1, 32768, torch.bfloat16,
+          cu=torch.tensor([0, 20000, 32768], device="cuda", dtype=torch.int32), graph=True, dims=(2, 4, K, V))
     check("bf16 B1 T16k replayed from a CUDA graph (Gluon's ordered walk, descriptors made in it)", 1, 16384,
           torch.bfloat16, graph=True, walk_descriptors="kernel")
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,
