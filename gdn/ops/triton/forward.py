@@ -351,8 +351,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     if p.forced_split:
         splits.last_outcome = None
         programs = N * HV * NV
-        capturing = planning.stream_capturing(q)
-        beside_ok = p.split_beside and p.overlap == "flags" and p.t_in and p.beside and not capturing
+        beside_ok = p.split_beside and p.overlap == "flags" and p.t_in and p.beside and not p.capturing
         P_s, L_s, W_s, group, beside_split = splits.plan(p.split_walk, p.split_warmup, NT, programs,
                                                          planning.num_sms(q.device), flag_group, beside_ok)
         if P_s > 1 and beside_split:
@@ -378,7 +377,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                 split = splits.posterior(P_s, L0_s, L_s, W_s, g, beta, K, V, BT, BV)
             state_walk(0, 1 << 30, h0, ht)
             return o, ht
-        with side_streams(q.device, 0 if capturing else 1) as (main, *side):
+        with side_streams(q.device, 0 if p.capturing else 1) as (main, *side):
             wy_pass(0, NT)
             if P_s > 1:
                 with on_stream(side[0] if side else None):

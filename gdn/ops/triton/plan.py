@@ -117,6 +117,7 @@ class Plan:
     # How the two passes share the GPU.
     pieces: int
     flags: bool                   # the WY pass counts its chunks; the walk beside it waits on the counts
+    capturing: bool               # a CUDA graph is being captured on the caller's stream (stream_capturing)
     graph_safe: bool              # a graph being captured where flags would apply: the Gluon walks after the WY pass
     beside: bool                  # a WY program fits beside each walk program
     flag_group: int
@@ -676,7 +677,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 wy_fallback=wy_fallback, wy_maxnreg=wy_maxnreg, num_warps=num_warps, num_stages=num_stages, walk=walk,
                 walk_stages=walk_stages, walk_warps=walk_warps, walk_maxnreg=walk_maxnreg, fused=fused,
                 walk_loads=walk_loads, walk_tma=walk_tma, q_late=q_late, fast_dots=fast_dots,
-                longest_first=longest_first, pieces=pieces, flags=flags, graph_safe=graph_safe and walk == "gluon",
+                longest_first=longest_first, pieces=pieces, flags=flags, capturing=capturing, graph_safe=graph_safe and walk == "gluon",
                 beside=beside,
                 flag_group=flag_group, overlap=overlap, auto_split=auto_split,
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
