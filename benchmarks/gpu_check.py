@@ -402,6 +402,7 @@ def stages() -> None:
             fn = forward_call(inputs, resolve(cname))
             fn()
             torch.cuda.synchronize()
+            before = torch.cuda.memory_stats()
             with kernels_swapped(TimedKernel):
                 spent.clear()
                 start = time.perf_counter()
@@ -409,7 +410,12 @@ def stages() -> None:
                     fn()
                 total = time.perf_counter() - start
             torch.cuda.synchronize()
-            print(f"\nhost stages, {cname}, B{B}xT{T}: {total / 20 * 1e6:.0f} us a call")
+            # (cudaMalloc and the allocator's waits for other streams' events are host time a stage
+            # does not show: counted here.)
+            grew = {key: torch.cuda.memory_stats()[key] - before[key]
+                    for key in ("num_device_alloc", "num_device_free", "num_sync_all_streams")}
+            print(f"\nhost stages, {cname}, B{B}xT{T}: {total / 20 * 1e6:.0f} us a call; allocator over the 20"
+                  f" calls: {grew}; 10 / 40 calls {host_ms(fn, 'cuda'):.2f} / {host_ms(fn, 'cuda', calls=40):.2f} ms a call")
             for name, t in sorted(spent.items(), key=lambda kv: -kv[1]):
                 print(f"  {name:<32} {t / 20 * 1e6:8.1f} us")
     finally:
