@@ -64,6 +64,9 @@ CONFIGS = {
     "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
+    # few value heads at B = 1 (e.g. a tensor-parallel shard, HV <= 16): one segment, so the fp16 walk with
+    # the flags and the automatic split, where the defaults join segments by affine maps on bf16 parts
+    "one segment": dict(num_segments=1),
     "walk 8 warps": dict(walk_warps=8),
     # the walk's products, and how the WY pass runs beside the walk (v7)
     "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)

@@ -26,16 +26,19 @@ def _without_sync(fn):
         torch.cuda.set_sync_debug_mode(before)
 
 
-# (B, T, dtype, l2norm, packed lengths): the automatic split at B = 1 (512 chunks and a partial one,
-# two value heads a key head; without l2norm its keys' kernel too), wide and odd, one token, fp32,
-# packed sequences (the second call of a cu_seqlens tensor: the first validates its values once).
+# (B, T, dtype, l2norm, packed lengths, launcher knobs): the automatic split at B = 1 (512 chunks and
+# a partial one; with 4 value heads the defaults would join segments by their maps instead, so one
+# segment is asked for; without l2norm its keys' kernel too), the maps' split, wide and odd, one
+# token, fp32, packed sequences (the second call of a cu_seqlens tensor: the first validates its
+# values once). Calls with knobs go to the launcher itself (gdn.ops.triton.triton_forward).
 CASES = {
-    "split": (1, 512 * 64 + 37, torch.bfloat16, True, None),
-    "split, no l2norm": (1, 512 * 64 + 37, torch.bfloat16, False, None),
-    "wide, odd T": (8, 300, torch.bfloat16, True, None),
-    "one token": (3, 1, torch.bfloat16, True, None),
-    "fp32": (2, 200, torch.float32, True, None),
-    "packed": (1, 1000, torch.bfloat16, True, [0, 1, 300, 300, 1000]),
+    "split": (1, 512 * 64 + 37, torch.bfloat16, True, None, dict(num_segments=1)),
+    "split, no l2norm": (1, 512 * 64 + 37, torch.bfloat16, False, None, dict(num_segments=1)),
+    "maps": (1, 2000, torch.bfloat16, True, None, {}),
+    "wide, odd T": (8, 300, torch.bfloat16, True, None, {}),
+    "one token": (3, 1, torch.bfloat16, True, None, {}),
+    "fp32": (2, 200, torch.float32, True, None, {}),
+    "packed": (1, 1000, torch.bfloat16, True, [0, 1, 300, 300, 1000], {}),
 }
 
 
@@ -46,7 +49,8 @@ def test_a_call_makes_no_host_sync(case):
     "error", then its outputs against the float64 reference within issue 3's bounds (so the call did
     run, and ran right); the split cases took the automatic split, every head chosen."""
     import gdn.ops.triton.split_walk as split_walk
-    B, T, dtype, l2norm, lengths = CASES[case]
+    from gdn.ops.triton import triton_forward
+    B, T, dtype, l2norm, lengths, knobs = CASES[case]
     q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 128, 128, dtype=dtype, initial_state=True, seed=len(case),
                                          device="cuda")
     if not l2norm:                      # (the delta rule needs |k| <= ~1 without l2norm)
@@ -56,10 +60,12 @@ def test_a_call_makes_no_host_sync(case):
         cu_seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
         S0 = S0[:1].expand(len(lengths) - 1, -1, -1, -1).contiguous()
     call = dict(scale=128 ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=l2norm,
-                cu_seqlens=cu_seqlens, backend="triton")
-    gated_delta_rule(q, k, v, g, beta, **call)
+                cu_seqlens=cu_seqlens)
+    op = (lambda: triton_forward(q, k, v, g, beta, **call, **knobs)) if knobs else \
+        (lambda: gated_delta_rule(q, k, v, g, beta, **call, backend="triton"))
+    op()
     split_walk.last_heads = None
-    o, S = _without_sync(lambda: gated_delta_rule(q, k, v, g, beta, **call))
+    o, S = _without_sync(op)
     if case.startswith("split"):        # (the schedule this case is for: every head's warm-ups forget)
         assert split_walk.last_heads is not None and bool(split_walk.last_heads.all())
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, scale=128 ** -0.5, initial_state=S0, cu_seqlens=cu_seqlens,
