@@ -64,9 +64,13 @@ CONFIGS = {
     "walk st3 pieces": dict(walk_stages=3, overlap="pieces"),   # the same without the waits: 16 B spills, not 68
     "bv64 st1 P=2": dict(block_v=64, walk_stages=1, num_segments=2, pieces=1),
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
-    # few value heads at B = 1 (e.g. a tensor-parallel shard, HV <= 16): one segment, so the fp16 walk with
-    # the flags and the automatic split, where the defaults join segments by affine maps on bf16 parts
-    "one segment": dict(num_segments=1),
+    # few value heads at B = 1 (e.g. a tensor-parallel shard): segments joined by their affine maps on bf16
+    # parts, which the defaults took before v55 (P from the SM count: 2 at HV 16, 4 at HV 8, 8 at HV 4,
+    # 16 at HV 2 on 132 SMs); the defaults now walk one segment (fp16 walk, flags, automatic split)
+    "maps P=2": dict(num_segments=2),
+    "maps P=4": dict(num_segments=4),
+    "maps P=8": dict(num_segments=8),
+    "maps P=16": dict(num_segments=16),
     "walk 8 warps": dict(walk_warps=8),
     # the walk's products, and how the WY pass runs beside the walk (v7)
     "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)

@@ -194,7 +194,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     length. A knob that does not apply raises a ValueError naming it.
 
     The knobs (triton_forward's keywords; benchmarks and tests): ``num_segments`` forces the
-    per-sequence split (dense batches only; default chooses from the SM count and ``programs_per_sm``,
+    per-sequence split into segments joined by their affine maps (dense batches only; default one
+    segment wherever the fp16 walk can run, v55, else chosen from the SM count and ``programs_per_sm``,
     the state-walk programs one SM holds: default 1 with ``walk_stages`` > 1, whose shared memory
     fills an SM, else 2); ``inverse`` how the in-chunk triangular inverse is formed (one of INVERSES:
     gdn.ops.triton.inverse.unit_lower_inverse).
@@ -462,7 +463,11 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if operands not in (None, "bf16_parts", "fp16"):
         raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
     f16 = operands == "fp16" or f16_inputs   # asked for (fp16 inputs: their only split walk); else where it applies
-    if cu_seqlens is not None or (f16 and num_segments is None):
+    # Where the fp16 walk can run (it walks one segment), it does, however few programs that leaves:
+    # at B = 1 with 8 or 16 value heads the segment maps on bf16 parts were 1.4-5x slower on an H200
+    # (benchmarks/NOTES.md v55: 1.48 against 0.46 ms at HV 8 x T32k, decaying gates).
+    f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256 and operands in (None, "fp16")
+    if cu_seqlens is not None or (num_segments is None and (f16 or f16_walkable)):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT))

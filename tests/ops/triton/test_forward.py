@@ -28,14 +28,14 @@ def _without_sync(fn):
 
 
 # (B, T, dtype, l2norm, packed lengths, launcher knobs): the automatic split at B = 1 (512 chunks and
-# a partial one; with 4 value heads the defaults would join segments by their maps instead, so one
-# segment is asked for; without l2norm its keys' kernel too), the maps' split, wide and odd, one
+# a partial one; one segment asked for, as the defaults before v55 took segment maps with 4 value
+# heads; without l2norm its keys' kernel too), segments joined by their maps, wide and odd, one
 # token, fp32, packed sequences (the second call of a cu_seqlens tensor: the first validates its
 # values once). Calls with knobs go to the launcher itself (gdn.ops.triton.triton_forward).
 CASES = {
     "split": (1, 512 * 64 + 37, torch.bfloat16, True, None, dict(num_segments=1)),
     "split, no l2norm": (1, 512 * 64 + 37, torch.bfloat16, False, None, dict(num_segments=1)),
-    "maps": (1, 2000, torch.bfloat16, True, None, {}),
+    "maps": (1, 2000, torch.bfloat16, True, None, dict(num_segments=4)),
     "wide, odd T": (8, 300, torch.bfloat16, True, None, {}),
     "one token": (3, 1, torch.bfloat16, True, None, {}),
     "fp32": (2, 200, torch.float32, True, None, {}),
