@@ -466,8 +466,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # Where the fp16 walk can run (it walks one segment), it does, however few programs that leaves:
     # at B = 1 with 8 or 16 value heads the segment maps on bf16 parts were 1.4-5x slower on an H200
     # (benchmarks/NOTES.md v55: 1.48 against 0.46 ms at HV 8 x T32k, decaying gates).
-    f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256 and operands in (None, "fp16")
-    if cu_seqlens is not None or (num_segments is None and (f16 or f16_walkable)):
+    f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
+    if cu_seqlens is not None or (num_segments is None and (f16 or (f16_walkable and operands != "bf16_parts"))):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
@@ -491,7 +491,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
     # Without l2norm too (q and k then go to fp16 as given: walk_f16's docstring; v50: that call had
     # taken the bf16-parts walk, 2.2x slower at B8 x T4k on an H100).
-    f16_fits = t_in and abs(scale) <= 256
+    f16_fits = f16_walkable and P == 1
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
