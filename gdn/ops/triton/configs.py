@@ -67,6 +67,7 @@ CONFIGS = {
     # few value heads at B = 1 (e.g. a tensor-parallel shard): segments joined by their affine maps on bf16
     # parts, which the defaults took before v55 (P from the SM count: 2 at HV 16, 4 at HV 8, 8 at HV 4,
     # 16 at HV 2 on 132 SMs); the defaults now walk one segment (fp16 walk, flags, automatic split)
+    # from 8 sequences x value heads, from 4 at T >= 32k; fewer still take the maps (v56)
     "maps P=2": dict(num_segments=2),
     "maps P=4": dict(num_segments=4),
     "maps P=8": dict(num_segments=8),

@@ -8,6 +8,7 @@ pytest.importorskip("triton")
 
 import gdn.ops.triton.plan as planning  # noqa: E402
 from gdn.ops.triton.plan import plan_forward  # noqa: E402
+from gdn.ops.triton import split_walk as splits  # noqa: E402
 
 
 def tensors(B, T, H=16, HV=32, K=128, V=128, dtype=torch.bfloat16):
@@ -45,17 +46,27 @@ def test_the_bench_shapes_take_the_measured_defaults(h200):
 
 
 def test_few_value_heads_walk_one_segment(h200):
-    """B = 1 with 16, 8 or 4 value heads leaves the walk a fraction of the GPU's SMs, yet the defaults
+    """B = 1 with 16 or 8 value heads leaves the walk a fraction of the GPU's SMs, yet the defaults
     walk one segment on fp16 operands with the automatic split (v55: 1.4-5x faster on an H200 than
-    the segment maps they took before); the maps where asked for, and for fp32 inputs (no fp16 walk)."""
-    for H, HV in ((8, 16), (4, 8), (2, 4)):
-        q, v = tensors(1, 32768, H=H, HV=HV)
-        one = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
-        assert (one.P, one.f16, one.auto_split, one.flags) == (1, True, True, True), (H, HV)
+    the segment maps they took before); with 4 only from AUTO_MIN_CHUNKS chunks (where that split can
+    cut the heads that forget), with 2 never (v56); the maps where asked for, and for fp32 inputs (no
+    fp16 walk)."""
+    one_chunk_short = (splits.AUTO_MIN_CHUNKS - 1) * 64
+    for B, H, HV, T, walks_one in ((1, 8, 16, 32768, True), (1, 4, 8, 32768, True), (1, 4, 8, 8192, True),
+                                   (1, 2, 4, 32768, True), (2, 1, 2, 32768, True), (1, 2, 4, one_chunk_short, False),
+                                   (1, 1, 2, 32768, False), (1, 1, 2, 131072, False), (3, 1, 1, 8192, False)):
+        q, v = tensors(B, T, H=H, HV=HV)
+        plan = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+        if walks_one:
+            assert (plan.P, plan.f16, plan.auto_split) == (1, True, True), (B, H, HV, T)
+        else:
+            assert plan.P > 1 and not plan.f16, (B, H, HV, T)
         maps = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=4)
         assert (maps.P, maps.f16) == (4, False)
     q, v = tensors(1, 32768, H=4, HV=8, dtype=torch.float32)
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P > 1
+    q, v = tensors(1, 8192, H=1, HV=2, dtype=torch.float16)        # fp16 inputs: the fp16 walk only
+    assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P == 1
 
 
 def test_graph_capture_takes_no_flags(h200, monkeypatch):
