@@ -210,8 +210,9 @@ def correctness() -> None:
           torch.bfloat16, graph=True, walk_descriptors="kernel")
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,
           torch.bfloat16, graph=True, walk_descriptors="kernel")
-    # Few value heads at B = 1: one segment since v55 (the fp16 walk, flags, automatic split), where
-    # the defaults had joined segment maps on bf16 parts; the maps still where asked for.
+    # Few value heads at B = 1: one segment since v55 (the fp16 walk, flags, automatic split) from 8
+    # sequences x value heads, from 4 at 512 chunks (v56); fewer, or 4 on shorter sequences, the
+    # segment maps on bf16 parts by default; the maps also where asked for.
     for gates in ("decaying", "long"):
         check(f"bf16 B1 T32k few heads 4/8 {gates} (one segment)", 1, 32768, torch.bfloat16, gates=gates,
               dims=(4, 8, K, V))
@@ -219,6 +220,10 @@ def correctness() -> None:
           dims=(2, 4, K, V))
     check("bf16 B1 T32k few heads 4/8 long memory, maps P=4", 1, 32768, torch.bfloat16, gates="long",
           dims=(4, 8, K, V), num_segments=4)
+    check("bf16 B1 T32k few heads 1/2 long memory (the maps by default)", 1, 32768, torch.bfloat16, gates="long",
+          dims=(1, 2, K, V))
+    check("bf16 B1 T16k few heads 2/4 replayed from a CUDA graph (the maps by default)", 1, 16384, torch.bfloat16,
+          graph=True, dims=(2, 4, K, V))
     with torch.cuda.stream(torch.cuda.Stream()):            # the caller on a stream of its own
         check("bf16 B1 T4099 in 16 pieces, caller's own stream", 1, 4099, torch.bfloat16, pieces=16)
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",
