@@ -477,8 +477,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # T32k, decaying gates). The maps take ~0.19 ms a value head at T32k whatever the gates; one
     # segment ~1.0 ms with long memory whatever the heads, less where the automatic split cuts heads
     # that forget. So with 4 to 7 one segment only where that split can run (from AUTO_MIN_CHUNKS
-    # chunks), and with 1 to 3 the maps (v56: at 4, T16k 0.41 against 0.51 ms; T32k 0.78 against
-    # 0.35 decaying and 1.03 long; at 2, T32k 0.43 against 0.39 and 1.02).
+    # chunks), and with 1 to 3 the maps (v56, the maps against one segment: at 4, T16k 0.41 against
+    # 0.51 ms; T32k 0.78 against 0.35 decaying and 1.03 long; at 2, T32k 0.43 against 0.39 and 1.02).
     f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
     heads = N * HV
     one_segment = f16_walkable and operands != "bf16_parts" and (

@@ -45,7 +45,7 @@ def test_the_bench_shapes_take_the_measured_defaults(h200):
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).inverse == "f16_subst"
 
 
-def test_few_value_heads_walk_one_segment(h200):
+def test_few_value_heads_walk_one_segment_or_the_maps(h200):
     """B = 1 with 16 or 8 value heads leaves the walk a fraction of the GPU's SMs, yet the defaults
     walk one segment on fp16 operands with the automatic split (v55: 1.4-5x faster on an H200 than
     the segment maps they took before); with 4 only from AUTO_MIN_CHUNKS chunks (where that split can
