@@ -23,7 +23,8 @@ import triton.language as tl
 
 from ..common import triton_interpreting
 from . import split_walk as splits
-from .schedule import cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major, next_pow2, num_sms
+from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major, next_pow2, num_sms,
+                       walks_one_segment)
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
@@ -137,12 +138,6 @@ class Plan:
     common: dict                  # the constexprs and launch options every kernel takes
 
 
-# Dense bf16 calls with this many sequences x value heads walk one segment (the fp16 walk) at any
-# length; from SPLIT_SEGMENT_HEADS on, only from split_walk.AUTO_MIN_CHUNKS chunks (where the automatic
-# split can cut the heads that forget); fewer take the segment maps (plan_forward; NOTES.md v55-v56).
-ONE_SEGMENT_HEADS = 8
-SPLIT_SEGMENT_HEADS = 4
-
 MAX_PLANS = 1024                 # past this many keys the table starts again
 _PLANS: dict = {}
 
@@ -201,8 +196,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
 
     The knobs (triton_forward's keywords; benchmarks and tests): ``num_segments`` forces the
     per-sequence split into segments joined by their affine maps (dense batches only; default one
-    segment wherever the fp16 walk can run with at least ONE_SEGMENT_HEADS sequences x value heads,
-    or SPLIT_SEGMENT_HEADS from split_walk.AUTO_MIN_CHUNKS chunks on (v55-v56; fp16 inputs always),
+    segment wherever the fp16 walk can run and schedule.walks_one_segment says so (v55-v56: from 8
+    sequences x value heads, from 4 at split_walk.AUTO_MIN_CHUNKS chunks; fp16 inputs always),
     else chosen from the SM count and ``programs_per_sm``,
     the state-walk programs one SM holds: default 1 with ``walk_stages`` > 1, whose shared memory
     fills an SM, else 2); ``inverse`` how the in-chunk triangular inverse is formed (one of INVERSES:
@@ -471,18 +466,10 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if operands not in (None, "bf16_parts", "fp16"):
         raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
     f16 = operands == "fp16" or f16_inputs   # asked for (fp16 inputs: their only split walk); else where it applies
-    # Where the fp16 walk can run (it walks one segment), it does from 8 sequences x value heads on,
-    # however few programs that leaves: at B = 1 with 8 or 16 value heads the segment maps on bf16
-    # parts were 1.4-5x slower on an H200 (benchmarks/NOTES.md v55: 1.48 against 0.46 ms at HV 8 x
-    # T32k, decaying gates). The maps take ~0.19 ms a value head at T32k whatever the gates; one
-    # segment ~1.0 ms with long memory whatever the heads, less where the automatic split cuts heads
-    # that forget. So with 4 to 7 one segment only where that split can run (from AUTO_MIN_CHUNKS
-    # chunks), and with 1 to 3 the maps (v56, the maps against one segment: at 4, T16k 0.41 against
-    # 0.51 ms; T32k 0.78 against 0.35 decaying and 1.03 long; at 2, T32k 0.43 against 0.39 and 1.02).
+    # Where the fp16 walk can run (it walks one segment), it does unless so few sequences x value
+    # heads share the GPU that the segment maps on bf16 parts are faster (schedule.walks_one_segment).
     f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
-    heads = N * HV
-    one_segment = f16_walkable and operands != "bf16_parts" and (
-        heads >= ONE_SEGMENT_HEADS or (heads >= SPLIT_SEGMENT_HEADS and NT >= splits.AUTO_MIN_CHUNKS))
+    one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, splits.AUTO_MIN_CHUNKS)
     if cu_seqlens is not None or (num_segments is None and (f16 or one_segment)):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):

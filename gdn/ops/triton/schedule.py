@@ -55,6 +55,24 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
+# Dense calls with this many sequences x value heads walk one segment (the fp16 walk) at any length;
+# from SPLIT_SEGMENT_HEADS on, only from the automatic split's least chunk count (where it can cut the
+# heads that forget); fewer take the segment maps (benchmarks/NOTES.md v55-v56).
+ONE_SEGMENT_HEADS = 8
+SPLIT_SEGMENT_HEADS = 4
+
+
+def walks_one_segment(heads: int, num_chunks: int, split_min_chunks: int) -> bool:
+    """Whether ``heads`` sequences x value heads of ``num_chunks`` chunks each walk one segment on the
+    fp16 walk rather than segment maps, where that walk can run. On an H200 (v55-v56) the maps cost
+    ~0.19 ms a value head at T32k whatever the gates; one segment ~1.0 ms a 32k tokens with long
+    memory whatever the heads, less where the automatic split (from ``split_min_chunks`` chunks) cuts
+    heads that forget. Maps against one segment: at 8 heads 1.48 against 0.46 ms (T32k, decaying);
+    at 4, T16k 0.41 against 0.51, T32k 0.78 against 0.35 decaying and 1.03 long; at 2, T32k 0.43
+    against 0.39 and 1.02. A call cannot see its gates first: the smaller worst-case loss decides."""
+    return heads >= ONE_SEGMENT_HEADS or (heads >= SPLIT_SEGMENT_HEADS and num_chunks >= split_min_chunks)
+
+
 def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int, flags: bool = False) -> int:
     """How many pieces to cut the chunks into so that the WY pass of one piece runs beside the state
     walk of the previous one: only when the walk takes at most one program per SM (it is then

@@ -28,8 +28,8 @@ def _without_sync(fn):
 
 
 # (B, T, dtype, l2norm, packed lengths, launcher knobs): the automatic split at B = 1 (512 chunks and
-# a partial one; one segment asked for, as the defaults before v55 took segment maps with 4 value
-# heads; without l2norm its keys' kernel too), segments joined by their maps, wide and odd, one
+# a partial one; one segment asked for, whatever the few-heads rule of the day takes at 4 value
+# heads (v54-v56); without l2norm its keys' kernel too), segments joined by their maps, wide and odd, one
 # token, fp32, packed sequences (the second call of a cu_seqlens tensor: the first validates its
 # values once). Calls with knobs go to the launcher itself (gdn.ops.triton.triton_forward).
 CASES = {

@@ -10,6 +10,15 @@ def test_choose_segments_fills_one_wave():
     assert choose_segments(4, 12, 132) == 3                # at least min_chunks chunks a segment
 
 
+def test_walks_one_segment_from_eight_heads_or_four_with_the_split():
+    """One segment from 8 sequences x value heads at any length, from 4 only where the automatic split
+    can run (its least chunk count), never below 4 (the H200 timings of benchmarks/NOTES.md v55-v56)."""
+    from gdn.ops.triton.schedule import walks_one_segment
+    assert [walks_one_segment(h, 128, 512) for h in (2, 4, 7, 8, 32)] == [False, False, False, True, True]
+    assert [walks_one_segment(h, 512, 512) for h in (1, 3, 4, 8)] == [False, False, True, True]
+    assert not walks_one_segment(4, 511, 512)
+
+
 def test_choose_pieces_follows_the_sweep():
     """B = 1, 32 value heads, 128 walk programs on 132 SMs: pieces of at least 4096 tokens (the host's
     launches keep pace), as timed on the H200 at T = 8k, 16k, 32k and 128k (benchmarks/NOTES.md v6);
