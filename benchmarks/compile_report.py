@@ -57,7 +57,7 @@ from gdn.ops.triton.configs import CONFIGS, config   # noqa: E402
 from sass_text import SASS_LINE, sass_instructions   # noqa: E402  (this script's folder)
 
 # (module, name) of every kernel the launcher may run: the Gluon walks' live in their own modules.
-KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")) + (
+KERNELS = tuple((forward, name) for name in ("wy_kernel", "_segment_maps_kernel", "_segment_maps_f16_kernel", "_chunk_fwd_kernel")) + (
     (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"), (split_walk, "_chunk_growth_kernel"),
     (split_walk, "_segment_bounds_kernel"), (split_walk, "_forgetting_kernel"), (split_walk, "_keys_grow_kernel"))
 NVIDIA_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"

@@ -19,7 +19,8 @@ benchmarks/snapshots.py, scripts/ab_snapshot.sh):
                          the host section;
                          GDN_PROFILE_SHAPES / _CONFIGS of the profile section ("peer:fla",
                          "peer:flashqla" profile a peer), GDN_TIMELINE=1 adds each kernel's start
-                         and end in one call; GDN_ONCE the once section's shape
+                         and end in one call; GDN_ONCE the once section's shape; GDN_TIME_HEADS
+                         "H,HV" the timing sections' heads (default 16,32)
     GDN_HANG_S           after this many seconds, every thread's Python stack printed and the
                          process ended (hang_guard; benchmarks/gpu_run.sh sets it below its timeout)
 """
@@ -143,7 +144,7 @@ class _Spy:
 def launched_kernels(fn):
     """Run fn() once and return what each Triton kernel it launched was compiled to."""
     import gdn.ops.triton.forward as forward
-    names = ("wy_kernel", "_segment_maps_kernel", "_chunk_fwd_kernel")
+    names = ("wy_kernel", "_segment_maps_kernel", "_segment_maps_f16_kernel", "_chunk_fwd_kernel")
     saved, log = {n: getattr(forward, n) for n in names}, []
     try:
         for n in names:
@@ -224,6 +225,21 @@ def correctness() -> None:
           dims=(1, 2, K, V))
     check("bf16 B1 T16k few heads 2/4 replayed from a CUDA graph (the maps by default)", 1, 16384, torch.bfloat16,
           graph=True, dims=(2, 4, K, V))
+    # The segment maps on the fp16 walk's operands (maps="f16", v57): A in two bf16 parts, B in fp32,
+    # folded by the fp16 walk; both gates, a CUDA graph, no l2norm, K != V.
+    for gates in ("decaying", "long"):
+        check(f"bf16 B1 T32k few heads 1/2 {gates}, f16 maps P=16", 1, 32768, torch.bfloat16, gates=gates,
+              dims=(1, 2, K, V), num_segments=16, maps="f16")
+    check("bf16 B1 T32k few heads 4/8 long memory, f16 maps P=8", 1, 32768, torch.bfloat16, gates="long",
+          dims=(4, 8, K, V), num_segments=8, maps="f16")
+    check("bf16 B1 T16k few heads 2/4 f16 maps P=8 replayed from a CUDA graph", 1, 16384, torch.bfloat16,
+          graph=True, dims=(2, 4, K, V), num_segments=8, maps="f16")
+    check("bf16 B1 T32k few heads 1/2 decaying, no l2norm, f16 maps P=16", 1, 32768, torch.bfloat16,
+          l2norm=False, dims=(1, 2, K, V), num_segments=16, maps="f16")
+    check("bf16 B2 T4099 K64 V128 f16 maps P=4", 2, 4099, torch.bfloat16, dims=(2, 4, 64, 128), num_segments=4,
+          maps="f16")
+    check("bf16 B1 T32k few heads 1/2 long memory, f16 maps bv64 P=16 ms1", 1, 32768, torch.bfloat16, gates="long",
+          dims=(1, 2, K, V), num_segments=16, maps="f16", block_v=64, maps_stages=1)
     with torch.cuda.stream(torch.cuda.Stream()):            # the caller on a stream of its own
         check("bf16 B1 T4099 in 16 pieces, caller's own stream", 1, 4099, torch.bfloat16, pieces=16)
     check("[attention walk] bf16 B1 T32k long memory", 1, 32768, torch.bfloat16, gates="long",
@@ -263,14 +279,16 @@ def selected_configs():
 
 TIME_DTYPE = os.environ.get("GDN_TIME_DTYPE", "bfloat16")
 TIME_L2NORM = os.environ.get("GDN_TIME_L2NORM", "on") == "on"
+TIME_HEADS = tuple(int(x) for x in os.environ.get("GDN_TIME_HEADS", f"{H},{HV}").split(","))
 
 
 def timing_problem(B, T):
     """q, k, v, g, beta of the timing sections: TIME_DTYPE inputs (bf16 unless GDN_TIME_DTYPE says
     otherwise, e.g. float16) at H, HV, K, V of this script; the gates of GDN_TIME_GATES ("decaying",
     the default, or "long": gdn.cli.timing.random_problem's); GDN_TIME_L2NORM=off: unit-norm q and k,
-    timed without use_qk_l2norm (`gdn bench --l2norm off`'s regime)."""
-    return random_problem(B, T, H, HV, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE),
+    timed without use_qk_l2norm (`gdn bench --l2norm off`'s regime); GDN_TIME_HEADS "H,HV" the heads
+    (default 16,32)."""
+    return random_problem(B, T, *TIME_HEADS, K, V, device="cuda", dtype=getattr(torch, TIME_DTYPE),
                           gates=os.environ.get("GDN_TIME_GATES", "decaying"), unit_keys=not TIME_L2NORM)
 
 

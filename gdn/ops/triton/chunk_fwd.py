@@ -4,7 +4,8 @@ gdn.ops.triton.forward, after the WY pass of gdn.ops.triton.wy).
 * ``_segment_maps_kernel``: only when sequences x heads cannot fill the GPU. Each sequence is cut into
   segments and every segment but the last is summarised as its affine map S -> A S + B (seed 000):
   the same recurrence as the state walk, [A | B] starting at [I | 0], the A columns driven by zero
-  values. No truncation, whatever the gates.
+  values. No truncation, whatever the gates. ``_segment_maps_f16_kernel``: the same maps by the fp16
+  walk's step (walk_f16.walk_chunk_f16 with MAP), from what that walk reads (maps="f16").
 * ``_chunk_fwd_kernel``: grid (V blocks x sequences x value heads, segments). One program walks the
   chunks of one segment (or of one piece: chunks C_BEGIN .. C_END - 1) with a K x BV block of the
   state in registers: the writes U = u - w S (or, by default on the bf16 path, U = T diag(beta)
@@ -75,6 +76,29 @@ def _square_block(base, i_map, K: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
+def _map_columns(i_m, i_nh, i_p, T, L, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                 BT: tl.constexpr, BK: tl.constexpr, BM: tl.constexpr, NMK: tl.constexpr):
+    """A map program's place: column block i_m of [A | B] (the first NMK blocks A's K columns, the
+    rest B's V), sequence x value head i_nh, segment i_p of L chunks. Returns the sequence, value and
+    q/k heads, the sequence's first token, the segment's chunks c0 .. c1 - 1, whether the block is
+    A's, its value block i_v (B's; 0 for A's, whose programs read and drop the values), the column
+    offsets o_c and mask m_c, the row offsets o_k and mask m_k, and the block of [I | 0] it starts at."""
+    i_n, i_hv = i_nh // HV, i_nh % HV
+    i_h = i_hv // (HV // H)
+    tok0 = i_n.to(tl.int64) * T
+    c0 = i_p * L
+    c1 = tl.minimum(c0 + L, tl.cdiv(T, BT))
+    is_a = i_m < NMK
+    i_v = tl.where(is_a, 0, i_m - NMK)
+    o_c = tl.where(is_a, i_m, i_v) * BM + tl.arange(0, BM)
+    m_c = o_c < tl.where(is_a, K, V)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    b_M = tl.where((o_k[:, None] == o_c[None, :]) & is_a, 1.0, 0.0)
+    return i_n, i_hv, i_h, tok0, c0, c1, is_a, i_v, o_c, m_c, o_k, m_k, b_M
+
+
+@triton.jit
 def _segment_maps_kernel(
     q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -85,19 +109,8 @@ def _segment_maps_kernel(
     the products of chunk_fwd's split path, and A stored as SPLIT bf16 parts (maps_A, maps_A2, maps_A3)
     for the fold; B stays fp32 (it is only added)."""
     i_m, i_nh, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_n, i_hv = i_nh // HV, i_nh % HV
-    i_h = i_hv // (HV // H)
-    tok0 = i_n.to(tl.int64) * T
-    NT = tl.cdiv(T, BT)
-    c0 = i_p * L
-    c1 = tl.minimum(c0 + L, NT)
-
-    is_a = i_m < NMK                                 # columns of A (K of them) or of B (V of them)
-    o_c = tl.where(is_a, i_m, i_m - NMK) * BM + tl.arange(0, BM)
-    m_c = o_c < tl.where(is_a, K, V)
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    b_M = tl.where((o_k[:, None] == o_c[None, :]) & is_a, 1.0, 0.0)     # [I | 0], this block's columns
+    i_n, i_hv, i_h, tok0, c0, c1, is_a, i_v, o_c, m_c, o_k, m_k, b_M = _map_columns(
+        i_m, i_nh, i_p, T, L, H, HV, K, V, BT, BK, BM, NMK)
 
     for c in range(c0, c1):
         b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
@@ -125,6 +138,46 @@ def _segment_maps_kernel(
     m_out = m_k[:, None] & m_c[None, :]
     store_parts(maps_A + o_A, maps_A2 + o_A, maps_A3 + o_A, b_M, m_out & is_a, SPLIT)
     tl.store(p_B, b_M, mask=m_out & (i_m >= NMK))
+
+
+@triton.jit
+def _segment_maps_f16_kernel(
+    k, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, NMK: tl.constexpr, DOT_DTYPE: tl.constexpr, F16_DOT: tl.constexpr, TMA: tl.constexpr = False,
+):
+    """[A | B] of segment i_p on the fp16 walk's operands (maps="f16"): BM columns a program (grid:
+    column blocks x sequences x value heads on one axis, as the walk's, segments), each
+    chunk walk_f16.walk_chunk_f16's step (MAP: no outputs), from the WY pass's fp16 copies of k
+    (kn), T diag(beta) (tb) and its decays G (Gc), the same as the walk that then reads the maps.
+    [A | B] starts at [I | 0] scaled as the walk scales its state; A's columns see zero values.
+    A is stored as two bf16 parts (maps_A, maps_A2 [maps, K, K]: 16 bits, for the walk's fold on
+    bf16 parts, as _segment_maps_kernel's), B in fp32 (maps_B [maps, K, V]: it is only added)."""
+    NM: tl.constexpr = NMK + (V + BM - 1) // BM
+    i_m, i_nh, i_p = tl.program_id(0) % NM, tl.program_id(0) // NM, tl.program_id(1)
+    i_n, i_hv, i_h, tok0, c0, c1, is_a, i_v, o_c, m_c, o_k, m_k, b_M = _map_columns(
+        i_m, i_nh, i_p, T, L, H, HV, K, V, BT, BK, BM, NMK)
+    b_sig = pow2_below_inverse(tile_max(b_M))
+    b_M = b_M * b_sig
+    if TMA:
+        d_k = rows_desc(k, tok0, i_h, T, H, K, BT, BK)
+        d_v = rows_desc(v, tok0, i_hv, T, HV, V, BT, BM)
+        d_T = rows_desc(tb, tok0, i_hv, T, HV, BT, BT, BT)
+        k, v, tb = d_k, d_v, d_T
+    # walk_f16's tensors: k in q's place, T in P's and v in o's (MAP reads neither q nor P, writes no
+    # o), g in those of w, u and the norms (which it never reads).
+    tensors = (k, k, g, beta, g, g, g, g, g, g, Gc, tb, tb, v, tb, tb, v)
+    where = (tok0, T, i_h, i_hv, i_nh, i_v, o_k, o_c, m_c, m_k[:, None] & m_c[None, :])
+    for c in range(c0, c1):
+        b_M, b_sig = walk_chunk_f16(c, b_M, b_sig, tensors, where, 1.0, H, HV, K, V, BT, BK, BM, DOT_DTYPE,
+                                    F16_DOT, TMA, True, not is_a)
+    b_M = b_M * (1.0 / b_sig)                        # a power of two: exact
+
+    i_map = (i_nh * (P - 1) + i_p).to(tl.int64)
+    m_out = m_k[:, None] & m_c[None, :]
+    o_A = i_map * K * K + o_k[:, None] * K + o_c[None, :]
+    store_parts(maps_A + o_A, maps_A2 + o_A, maps_A2 + o_A, b_M, m_out & is_a, 2)
+    tl.store(maps_B + i_map * K * V + o_k[:, None] * V + o_c[None, :], b_M, mask=m_out & (i_m >= NMK))
 
 
 @triton.jit
@@ -314,9 +367,9 @@ def _chunk_fwd_kernel(
                 b_S = tl.dot(b_A, b_S, input_precision="tf32x3") + b_B
 
     tl.static_assert(not FUSED or T_IN, "FUSED: the writes from T")
-    tl.static_assert(not F16 or (T_IN and not HAS_MAPS), "F16: the writes from T, one segment")
+    tl.static_assert(not F16 or T_IN, "F16: the writes from T")
     b_sig = tl.full([], 1.0, tl.float32)         # F16: the walk holds sigma S (walk_f16)
-    if F16 and HAS_H0:
+    if F16 and (HAS_H0 or HAS_MAPS):
         b_sig = pow2_below_inverse(tile_max(b_S))
         b_S = b_S * b_sig
     tl.static_assert(not TMA or T_IN, "TMA: the loads of the walk that forms U from T diag(beta)")

@@ -68,10 +68,21 @@ CONFIGS = {
     # parts, which the defaults took before v55 (P from the SM count: 2 at HV 16, 4 at HV 8, 8 at HV 4,
     # 16 at HV 2 on 132 SMs); the defaults now walk one segment (fp16 walk, flags, automatic split)
     # from 8 sequences x value heads, from 4 at T >= 32k; fewer still take the maps (v56)
-    "maps P=2": dict(num_segments=2),
-    "maps P=4": dict(num_segments=4),
-    "maps P=8": dict(num_segments=8),
-    "maps P=16": dict(num_segments=16),
+    "maps P=2": dict(num_segments=2, maps="bf16_parts"),
+    "maps P=4": dict(num_segments=4, maps="bf16_parts"),
+    "maps P=8": dict(num_segments=8, maps="bf16_parts"),
+    "maps P=16": dict(num_segments=16, maps="bf16_parts"),
+    # ... and the maps on the fp16 walk's operands (v57: the maps and the walk from the WY pass's fp16
+    # copies and T diag(beta), as one segment's fp16 walk; the walk then folds the maps in fp32)
+    "f16 maps P=4": dict(num_segments=4, maps="f16"),
+    "f16 maps P=8": dict(num_segments=8, maps="f16"),
+    "f16 maps P=16": dict(num_segments=16, maps="f16"),
+    "f16 maps P=32": dict(num_segments=32, maps="f16"),
+    "f16 maps P=16 ms1": dict(num_segments=16, maps="f16", maps_stages=1),   # maps at one stage: more an SM
+    "f16 maps P=32 ms1": dict(num_segments=32, maps="f16", maps_stages=1),
+    "f16 maps bv64 P=4": dict(num_segments=4, maps="f16", block_v=64),
+    "f16 maps bv64 P=8": dict(num_segments=8, maps="f16", block_v=64),
+    "f16 maps bv64 P=16": dict(num_segments=16, maps="f16", block_v=64),
     "walk 8 warps": dict(walk_warps=8),
     # the walk's products, and how the WY pass runs beside the walk (v7)
     "unfused": dict(fused=False),                     # each product of parts on its own (v6's walk)

@@ -9,7 +9,8 @@ and launches the kernels.
    output attention P = (q k^T . D), scaled, and the cumulative decays G; otherwise the WY factors
    w [tokens, HV, K] and u [tokens, HV, V] (U = u - w S).
 2. ``_segment_maps_kernel`` (gdn.ops.triton.chunk_fwd): only when sequences x heads cannot fill the
-   GPU, the affine maps that join the segments of a sequence exactly.
+   GPU, the affine maps that join the segments of a sequence exactly, on bf16 parts from w and u;
+   or (``maps="f16"``) ``_segment_maps_f16_kernel``, the same maps by the fp16 walk's step.
 3. ``_chunk_fwd_kernel`` (gdn.ops.triton.chunk_fwd): the state walk and the outputs. By default (bf16
    and fp16 inputs) its products take one fp16 operand each, the state and values scaled by
    powers of two (gdn.ops.triton.walk_f16), from the fp16 copies of T diag(beta), P, q and k (the
@@ -36,7 +37,7 @@ import torch
 
 from . import plan as planning          # (the device probes: replaced there by tests and compile_report)
 from . import split_walk as splits      # (plan_forward's split_walk argument shadows the module's name)
-from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_kernel
+from .chunk_fwd import _chunk_fwd_kernel, _segment_maps_f16_kernel, _segment_maps_kernel
 from .launch import direct_launches, ensure_allocator, launch
 from .plan import planned
 from .schedule import cdiv, next_pow2, on_stream, on_tensor_device, side_streams
@@ -387,7 +388,17 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                         t.record_stream(main)
     else:
         wy_pass(0, NT)
-    if P > 1:
+    if P > 1 and p.f16:
+        # The maps on the fp16 walk's operands: A as two bf16 parts (the walk's fold), B in fp32.
+        A_parts = torch.empty(2, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
+        maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[1]
+        maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
+        NMK = cdiv(K, BV)
+        launch(_segment_maps_f16_kernel, ((NMK + NV) * N * HV, P - 1),
+            kn, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P, H=H, HV=HV, K=K, V=V, BT=BT, BK=BK, BM=BV, NMK=NMK,
+            DOT_DTYPE=p.dot_dtype, F16_DOT=p.f16_dot, TMA=tma, num_stages=p.maps_stages,
+            num_warps=p.walk_warps or p.num_warps)
+    elif P > 1:
         if p.state_split > 0:
             A_parts = torch.empty(p.state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
             maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[p.state_split - 1]

@@ -27,6 +27,7 @@ from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, 
                        walks_one_segment)
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
+MAPS = "bf16_parts"      # the segment maps' operands by default (plan_forward's maps)
 INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
             "substitution")   # inverse.unit_lower_inverse
 
@@ -135,6 +136,7 @@ class Plan:
     split_heads_in: str           # the automatic split's heads: "kernel" (their own launch) or "wy"
     walk_descriptors: str         # the Gluon walks' TMA descriptors: "host" or "kernel"
     decays_by_head: bool          # G stored [HV, tokens] (decays_layout="heads")
+    maps_stages: int              # the fp16 segment maps' pipeline stages (walk_stages unless given)
     common: dict                  # the constexprs and launch options every kernel takes
 
 
@@ -188,7 +190,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                  q_late=False, operands=None, walk=None, split_walk=None, split_warmup=None, split_beside=False,
                  split_check=None, bounds_priority=-1, walk_priority=-2,
                  split_launches=None, split_heads_in="kernel", walk_descriptors="host",
-                 decays_layout=None, qk_copies=None) -> Plan | None:
+                 decays_layout=None, qk_copies=None, maps=None, maps_stages=None) -> Plan | None:
     """The Plan of one call of triton_forward: q [B, T, H, K] as the kernels read it (fp32, bf16 or
     fp16, contiguous), v [B, T, HV, V] (contiguous), cu_seqlens [N + 1] int32 or None, scale and
     use_qk_l2norm as the op's. None where T = 0 (nothing to launch), after the checks that need no
@@ -369,6 +371,13 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     the walk reads q and k themselves (False: fp16 inputs without l2norm only, which equal their copies
     bit for bit; triton_forward still copies inputs whose start is not 16-byte aligned, for TMA).
     Default: copies only where they differ from the inputs.
+    ``maps`` (segments, P > 1): the operands of the segment maps and of the walk that folds them.
+    "bf16_parts" (v3's, the default, MAPS): the WY pass stores w and u, the maps
+    (chunk_fwd._segment_maps_kernel) and the walk run on bf16 parts; "f16" (bf16 inputs where the fp16
+    walk can run): the WY pass stores what one segment's fp16 walk reads (T diag(beta), P, G, fp16
+    copies of q and k), each map [A | B] is walked by that walk's step (chunk_fwd._segment_maps_f16_kernel,
+    A as two bf16 parts, B fp32) and the fp16 walk folds them (v57). ``maps_stages`` the f16 maps'
+    pipeline stages (default walk_stages; 1 holds three of its programs an SM instead of two).
     """
     if walk_loads not in ("dots", "all"):
         raise ValueError(f"walk_loads must be 'dots' or 'all', got {walk_loads!r}")
@@ -473,12 +482,26 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if cu_seqlens is not None or (num_segments is None and (f16 or one_segment)):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
-        P = 1 if num_segments is None else max(1, min(int(num_segments), NT))
+        P = 1 if num_segments is None else max(1, min(int(num_segments), NT, 65535))   # (a grid axis: CUDA's cap)
     else:
         P = choose_segments(N * HV * NV, NT, num_sms(q.device), programs_per_sm)
     L = cdiv(NT, P) if P > 1 else max(NT, 1 << 30)
     if P > 1:
         P = cdiv(NT, L)     # no empty segments
+    # The segment maps on the fp16 walk's operands (the maps and the walk from the WY pass's fp16
+    # copies and T diag(beta)), or on bf16 parts from w and u (v3's).
+    if maps not in (None, "f16", "bf16_parts"):
+        raise ValueError(f"maps must be None, 'f16' or 'bf16_parts', got {maps!r}")
+    maps_f16_fits = (P > 1 and f16_walkable and q.dtype == torch.bfloat16 and operands != "bf16_parts"
+                     and factors != "wu")
+    if maps == "f16" and P > 1 and not maps_f16_fits:
+        raise ValueError("maps='f16' needs bf16 inputs, |scale| <= 256 and the fp16 walk's operands (attention="
+                         "'stored', state_split=2, wy_split 2 or 3, fast_dots=False, wy_dtype=torch.float32, "
+                         "operands and factors unset or 'fp16' and 't')")
+    maps_f16 = maps_f16_fits and (maps or MAPS) == "f16"
+    if maps_stages is not None and not (maps_f16 and _is_int(maps_stages, 1)):
+        raise ValueError("maps_stages needs the segment maps on fp16 operands (maps='f16', segments) and an int "
+                         f"of at least 1, got maps_stages={maps_stages!r}, maps_f16={maps_f16}")
     # What the WY pass hands the walk: w and u, or T diag(beta) from which the walk forms the writes
     # (split path with stored attention, one segment: the segment maps read w and u).
     if flag_group is None:
@@ -489,12 +512,12 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"overlap must be 'pieces' or 'flags', got {overlap!r}")
     if factors not in (None, "wu", "t"):
         raise ValueError(f"factors must be 'wu' or 't', got {factors!r}")
-    t_in = attn_in and P == 1 and factors != "wu"
+    t_in = attn_in and (P == 1 or maps_f16) and factors != "wu"
     # fp16 operands (walk_f16): 11 bits a product where bf16 parts keep 16 in two; more exact than the
     # 2e-3 aim on an H200 (o 1.72e-3, S 4.2e-4) and 14-18% faster at every bench shape (NOTES.md v11).
     # Without l2norm too (q and k then go to fp16 as given: walk_f16's docstring; v50: that call had
     # taken the bf16-parts walk, 2.2x slower at B8 x T4k on an H100).
-    f16_fits = f16_walkable and P == 1
+    f16_fits = f16_walkable and (P == 1 or maps_f16)
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
@@ -561,7 +584,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # A WY program fits beside a walk program on one SM: 32 columns (or walk_gluon_t's 64 at one stage).
     beside = num_warps == 4 and (walk_warps or num_warps) == 4 and (
         BV <= 32 and walk_stages <= 3 or walk == "gluon_t" and BV == 64 and walk_stages == 1)
-    flags_fit = overlap == "flags" and t_in and beside and N * HV * NV < num_sms(q.device)
+    flags_fit = overlap == "flags" and t_in and P == 1 and beside and N * HV * NV < num_sms(q.device)
     # A graph being captured takes no flags: a graph may start two streams' kernels in either order,
     # and a tool that runs them one at a time could start the waiting walk first. Where they would
     # apply, the Gluon walk (and the automatic split's two walks, beside each other) after the WY pass
@@ -691,4 +714,5 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 forced_split=forced_split, split_walk=split_walk, split_warmup=split_warmup,
                 split_check=split_check, split_beside=split_beside, bounds_priority=bounds_priority,
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
-                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads", common=common)
+                walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads",
+                maps_stages=maps_stages or walk_stages, common=common)

@@ -124,17 +124,22 @@ def state_bound(b_G_last, b_mS, b_Uc, b_tau):
 def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                   F16_DOT: tl.constexpr, TMA: tl.constexpr = False):
+                   F16_DOT: tl.constexpr, TMA: tl.constexpr = False, MAP: tl.constexpr = False, with_v=True):
     """Chunk c of the walk from S^ = sigma S (b_S [BK, BV] fp32, |entries| near 1; b_sig = sigma):
     writes the chunk's outputs, returns (S^, sigma) after it (module docstring). tensors and where as
     chunk_fwd._walk_chunk's (the WY pass stored T diag(beta) at tb, P at attn and q and k at q, k in
-    fp16, l2-normalised with use_qk_l2norm, G at Gc)."""
+    fp16, l2-normalised with use_qk_l2norm, G at Gc).
+    MAP (chunk_fwd._segment_maps_f16_kernel): the same step on columns of a segment's map [A | B]
+    instead of the state: no outputs (q and P not read), and the values read only where with_v (B's
+    columns; A's see zeros)."""
     q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     # q and k: the WY pass's fp16 copies (with l2norm normalised, |entries| <= 1; else as given).
     b_qn, b_kn, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
-        q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, False, F16_DOT, True, rq, rk, True, TMA)
+        q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, False, F16_DOT, not MAP, rq, rk, True, TMA)
     b_v = load_rows(v, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA).to(tl.float32)
+    if MAP:
+        b_v = tl.where(with_v, b_v, 0.0)
     b_G, b_G_last = load_chunk_decays(Gc, row0, c * BT, T_seq, i_hv, HV, BT, o_t, m_t)
     b_s = to_f16(b_S, F16_DOT)
     b_kS = tl.dot(b_kn, b_s)                                          # k_n S^: scale sigma
@@ -151,11 +156,12 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_Z = b_v * b_tau - b_kS * b_eG[:, None]
     b_T = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
     b_U = tl.dot(b_T, to_f16(b_Z, F16_DOT))
-    # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
-    b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
-    b_o = tl.dot(b_qn, b_s) * (scale * b_eG)[:, None]
-    b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / b_tau)         # powers of two: exact
-    store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
+    if not MAP:
+        # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
+        b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
+        b_o = tl.dot(b_qn, b_s) * (scale * b_eG)[:, None]
+        b_o = tl.dot(b_P, to_f16(b_U, F16_DOT), b_o) * (1.0 / b_tau)         # powers of two: exact
+        store_rows(o, b_o, tok0, i_hv, T_seq, c * BT, HV, V, BT, BV, i_v * BV, TMA)
     # S <- e^{G_C} S + k_n^T (e^{G_C - G} . U), formed at scale tau, stored at the next sigma, so that
     # the larger of the new state's two parts lands in [1/2, 1) (state_bound). The writes' maximum is
     # a reduction beside the product.

@@ -8,7 +8,7 @@ import torch
 
 import gdn
 from tests.reference import parallel_key_inputs, random_inputs, reference_gdn, with_row_norms
-from tests.ops.triton.launches import spy_launches
+from tests.ops.triton.launches import launch_flags, spy_launches
 from tests.tolerances import assert_close
 
 triton = pytest.importorskip("triton")
@@ -171,6 +171,37 @@ def test_triton_bf16_variants(variant):
         assert_close(S, S_ref, rtol=2e-3, name="S")
     elif not kw.get("fast_dots"):        # fp32-exact paths: ~2e-7 here; 16 bits anywhere: ~1e-5
         assert_close(S, S_ref, rtol=1e-4 if sixteen_bits else 1e-6, name="S")
+
+
+@pytest.mark.parametrize("T, H, HV, K, V, C, segments, l2norm, h0", [
+    (150, 1, 2, 32, 32, 32, 3, True, True),
+    (150, 2, 2, 64, 32, 32, 3, True, False),       # K > V: A's column blocks past V's
+    (97, 1, 1, 32, 48, 16, 5, False, True),        # a partial last chunk, V not a power of two, no l2norm
+    (130, 2, 4, 32, 64, 64, 2, True, True),        # grouped value heads, two a WY program
+])
+def test_segment_maps_on_fp16_operands(T, H, HV, K, V, C, segments, l2norm, h0, monkeypatch):
+    """maps="f16": each segment's map [A | B] by the fp16 walk's step (chunk_fwd._segment_maps_f16_kernel,
+    walk_f16.walk_chunk_f16 with MAP), folded by the fp16 walk: as exact as that walk in one segment
+    (S ~4e-4 against float64, fp16's 11 bits; the maps on bf16 parts keep 16, ~2e-5), o within bf16's
+    rounding, and within 5e-4 of one segment's o (a few bf16 roundings apart)."""
+    from gdn.ops.triton import triton_forward
+    maps_grids, walk_f16 = [], launch_flags(monkeypatch)
+    spy_launches(monkeypatch, "_segment_maps_f16_kernel", lambda grid, args, kw: maps_grids.append((grid, kw["BM"])))
+    q, k, v, g, beta, S0 = random_inputs(2, T, H, HV, K, V, dtype=torch.bfloat16, initial_state=True, seed=T + K,
+                                         device=DEVICE)
+    S0 = S0 if h0 else None
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=l2norm)
+    call = dict(scale=K ** -0.5, initial_state=S0, output_final_state=True, use_qk_l2norm=l2norm, chunk_size=C)
+    o = torch.full_like(v, float("nan"))
+    o, S = triton_forward(q, k, v, g, beta, num_segments=segments, maps="f16", out=o, **call)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=1.5e-3, name="S")
+    (grid, BM), = maps_grids               # column blocks of A and B x sequences x heads, the maps
+    NT = triton.cdiv(T, C)
+    assert grid == ((triton.cdiv(K, BM) + triton.cdiv(V, BM)) * 2 * HV, triton.cdiv(NT, triton.cdiv(NT, segments)) - 1)
+    o_one, S_one = triton_forward(q, k, v, g, beta, num_segments=1, **call)
+    assert walk_f16 == [True, True]
+    assert_close(o, o_one, rtol=5e-4, name="o against one segment")
 
 
 @pytest.mark.parametrize("attention, factors", [("walk", "wu"), ("stored", "wu"), ("stored", "t")])

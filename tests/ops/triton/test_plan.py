@@ -69,6 +69,31 @@ def test_few_value_heads_walk_one_segment_or_the_maps(h200):
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P == 1
 
 
+def test_segment_maps_on_fp16_operands_where_asked_for(h200):
+    """maps="f16": the segments' maps and walk on the fp16 walk's operands (the WY pass stores T
+    diag(beta), its fp16 copies of q and k, P and G; the Triton walk, no flags beside it); maps=
+    "bf16_parts" the maps from w and u. Refused where the fp16 walk cannot run (fp32 inputs, bf16
+    parts asked for), and maps_stages without those maps."""
+    q, v = tensors(1, 32768, H=1, HV=2)
+    f16 = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=16, maps="f16")
+    assert (f16.P, f16.f16, f16.t_in, f16.walk, f16.flags, f16.pieces, f16.maps_stages) == \
+        (16, True, True, "triton", False, 1, f16.walk_stages)
+    parts = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=16, maps="bf16_parts")
+    assert (parts.P, parts.f16, parts.t_in) == (16, False, False)
+    staged = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=16, maps="f16", maps_stages=1)
+    assert staged.maps_stages == 1 and staged.walk_stages == f16.walk_stages
+    one = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=1, maps="f16")
+    assert (one.P, one.f16) == (1, True)              # one segment: nothing to map
+    for kw, match in ((dict(operands="bf16_parts"), "maps='f16' needs"), (dict(maps="fp8"), "maps must be"),
+                      (dict(maps="bf16_parts", maps_stages=1), "maps_stages needs"),
+                      (dict(maps="f16", maps_stages=0), "maps_stages needs")):
+        with pytest.raises(ValueError, match=match):
+            plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=4, **{"maps": "f16", **kw})
+    q, v = tensors(1, 32768, H=1, HV=2, dtype=torch.float32)
+    with pytest.raises(ValueError, match="maps='f16' needs bf16 inputs"):
+        plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=4, maps="f16")
+
+
 def test_graph_capture_takes_no_flags(h200, monkeypatch):
     """While a CUDA graph is being captured: no flags (a graph may start the waiting walk first). At
     B1 x T32k the Gluon walk after the WY pass in one piece (graph_safe: forward runs the automatic

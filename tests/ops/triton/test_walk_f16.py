@@ -57,17 +57,20 @@ def test_fp16_walk_inverse_by_substitution():
         triton_forward(q, k, v, g, beta, inverse="blocks_f16_subst", operands="bf16_parts", **call)
 
 
+@pytest.mark.parametrize("segments", [dict(), dict(num_segments=4, maps="f16")])
 @pytest.mark.parametrize("case", list(MAGNITUDES))
-def test_fp16_walk_scales_any_magnitude(case):
+def test_fp16_walk_scales_any_magnitude(case, segments):
     """Every fp16 operand is scaled per chunk by a power of two from its largest entry, so no
     magnitude overflows fp16 or falls below its normal range: finite, and as exact as at unit scale
     (the rows after the forgetting gate on their own too: their scale comes from the values; the
-    state the delta rule erases with zero values: each chunk scales what is left of it)."""
+    state the delta rule erases with zero values: each chunk scales what is left of it). In one
+    segment, and in four joined by maps walked the same way (maps="f16": each map's columns scaled
+    as a state, the fold on bf16 parts, which keep fp32's range)."""
     from gdn.ops.triton import triton_forward
     q, k, v, g, beta, S0 = inputs = magnitude_inputs(case, 32, DEVICE)
     reference = magnitude_reference(inputs, 32)
     o, S = triton_forward(q, k, v, g, beta, scale=32 ** -0.5, initial_state=S0, output_final_state=True,
-                          use_qk_l2norm=True, chunk_size=32, operands="fp16")
+                          use_qk_l2norm=True, chunk_size=32, operands="fp16", **segments)
     assert_any_magnitude(case, o, S, reference)
 
 
