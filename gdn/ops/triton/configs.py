@@ -66,14 +66,16 @@ CONFIGS = {
     "bv32 st2 P=2": dict(block_v=32, walk_stages=2, num_segments=2, pieces=1),
     # few value heads at B = 1 (e.g. a tensor-parallel shard): segments joined by their affine maps on bf16
     # parts, which the defaults took before v55 (P from the SM count: 2 at HV 16, 4 at HV 8, 8 at HV 4,
-    # 16 at HV 2 on 132 SMs); the defaults now walk one segment (fp16 walk, flags, automatic split)
-    # from 8 sequences x value heads, from 4 at T >= 32k; fewer still take the maps (v56)
+    # 16 at HV 2 on 132 SMs) and below 8 sequences x value heads in v56; since v57 the maps on fp16
+    # operands below 16 (schedule.walks_one_segment), one segment (fp16 walk, flags, automatic split) above
     "maps P=2": dict(num_segments=2, maps="bf16_parts"),
     "maps P=4": dict(num_segments=4, maps="bf16_parts"),
     "maps P=8": dict(num_segments=8, maps="bf16_parts"),
     "maps P=16": dict(num_segments=16, maps="bf16_parts"),
     # ... and the maps on the fp16 walk's operands (v57: the maps and the walk from the WY pass's fp16
     # copies and T diag(beta), as one segment's fp16 walk; the walk then folds the maps in fp32)
+    "one segment": dict(num_segments=1),             # the fp16 walk, flags, automatic split, at any heads
+    "f16 maps P=2": dict(num_segments=2, maps="f16"),
     "f16 maps P=4": dict(num_segments=4, maps="f16"),
     "f16 maps P=8": dict(num_segments=8, maps="f16"),
     "f16 maps P=16": dict(num_segments=16, maps="f16"),

@@ -27,7 +27,7 @@ from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, 
                        walks_one_segment)
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
-MAPS = "bf16_parts"      # the segment maps' operands by default (plan_forward's maps)
+MAPS = "f16"             # the segment maps' operands by default (plan_forward's maps; v57)
 INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
             "substitution")   # inverse.unit_lower_inverse
 
@@ -198,9 +198,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
 
     The knobs (triton_forward's keywords; benchmarks and tests): ``num_segments`` forces the
     per-sequence split into segments joined by their affine maps (dense batches only; default one
-    segment wherever the fp16 walk can run and schedule.walks_one_segment says so (v55-v56: from 8
-    sequences x value heads, from 4 at split_walk.AUTO_MIN_CHUNKS chunks; fp16 inputs always),
-    else chosen from the SM count and ``programs_per_sm``,
+    segment wherever the fp16 walk can run and schedule.walks_one_segment says so (v57: from 16
+    sequences x value heads, and from split_walk.AUTO_MIN_CHUNKS chunks where heads^2 x chunks passes
+    schedule.MAPS_BUDGET; fp16 inputs always), else chosen from the SM count and ``programs_per_sm``,
     the state-walk programs one SM holds: default 1 with ``walk_stages`` > 1, whose shared memory
     fills an SM, else 2); ``inverse`` how the in-chunk triangular inverse is formed (one of INVERSES:
     gdn.ops.triton.inverse.unit_lower_inverse).
@@ -475,8 +475,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if operands not in (None, "bf16_parts", "fp16"):
         raise ValueError(f"operands must be 'bf16_parts' or 'fp16', got {operands!r}")
     f16 = operands == "fp16" or f16_inputs   # asked for (fp16 inputs: their only split walk); else where it applies
-    # Where the fp16 walk can run (it walks one segment), it does unless so few sequences x value
-    # heads share the GPU that the segment maps on bf16 parts are faster (schedule.walks_one_segment).
+    # Where the fp16 walk can run, one segment unless so few sequences x value heads share the GPU
+    # that segments joined by maps on its operands lose less (schedule.walks_one_segment).
     f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
     one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, splits.AUTO_MIN_CHUNKS)
     if cu_seqlens is not None or (num_segments is None and (f16 or one_segment)):

@@ -55,22 +55,27 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
     return max(1, min(slots // programs, num_chunks // min_chunks))
 
 
-# Dense calls with this many sequences x value heads walk one segment (the fp16 walk) at any length;
-# from SPLIT_SEGMENT_HEADS on, only from the automatic split's least chunk count (where it can cut the
-# heads that forget); fewer take the segment maps (benchmarks/NOTES.md v55-v56).
-ONE_SEGMENT_HEADS = 8
-SPLIT_SEGMENT_HEADS = 4
+# Dense bf16 calls of few sequences x value heads take the segment maps on fp16 operands (maps="f16")
+# rather than one segment (benchmarks/NOTES.md v57): below the automatic split's least chunk count
+# under MAPS_HEADS heads; from it while heads^2 x chunks stays within MAPS_BUDGET.
+MAPS_HEADS = 16
+MAPS_BUDGET = 8 * 8 * 512
 
 
 def walks_one_segment(heads: int, num_chunks: int, split_min_chunks: int) -> bool:
     """Whether ``heads`` sequences x value heads of ``num_chunks`` chunks each walk one segment on the
-    fp16 walk rather than segment maps, where that walk can run. On an H200 (v55-v56) the maps cost
-    ~0.19 ms a value head at T32k whatever the gates; one segment ~1.0 ms a 32k tokens with long
-    memory whatever the heads, less where the automatic split (from ``split_min_chunks`` chunks) cuts
-    heads that forget. Maps against one segment: at 8 heads 1.48 against 0.46 ms (T32k, decaying);
-    at 4, T16k 0.41 against 0.51, T32k 0.78 against 0.35 decaying and 1.03 long; at 2, T32k 0.43
-    against 0.39 and 1.02. A call cannot see its gates first: the smaller worst-case loss decides."""
-    return heads >= ONE_SEGMENT_HEADS or (heads >= SPLIT_SEGMENT_HEADS and num_chunks >= split_min_chunks)
+    fp16 walk rather than segments joined by maps on fp16 operands, where that walk can run. The maps
+    cost the same with any gates, about linear in heads x chunks (an H100, v57, T32k: 0.20 ms at 2
+    heads, 0.34 at 4, 0.63 at 8). One segment, below ``split_min_chunks`` (no automatic split), is the
+    ordered walk with any gates (~0.3-0.5 ms up to 16k tokens: the maps are faster under 16 heads);
+    from there ~0.35-0.5 ms with gates that forget (the split) and ~1 ms a 32k tokens with long memory
+    (the ordered walk's chain). A call cannot see its gates first, so the smaller worst-case loss
+    decides: maps / forgetting against long / maps, maps^2 against their product, i.e. heads^2 x
+    chunks against a constant, where 8 heads at 512 chunks break even (maps 0.63 ms against 0.38 and
+    1.07)."""
+    if num_chunks < split_min_chunks:
+        return heads >= MAPS_HEADS
+    return heads * heads * num_chunks > MAPS_BUDGET
 
 
 def choose_pieces(programs: int, num_chunks: int, chunk_size: int, num_sms: int, flags: bool = False) -> int:

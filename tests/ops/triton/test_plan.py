@@ -46,25 +46,30 @@ def test_the_bench_shapes_take_the_measured_defaults(h200):
 
 
 def test_few_value_heads_walk_one_segment_or_the_maps(h200):
-    """B = 1 with 16 or 8 value heads leaves the walk a fraction of the GPU's SMs, yet the defaults
-    walk one segment on fp16 operands with the automatic split (v55: 1.4-5x faster on an H200 than
-    the segment maps they took before); with 4 only from AUTO_MIN_CHUNKS chunks (where that split can
-    cut the heads that forget), with 2 never (v56); the maps where asked for, and for fp32 inputs (no
-    fp16 walk)."""
+    """B = 1 with few value heads leaves the walk a fraction of the GPU's SMs: the defaults cut each
+    sequence into segments joined by maps on fp16 operands below 16 sequences x value heads on
+    sequences the automatic split does not cut, and from its chunk count while heads^2 x chunks stays
+    within schedule.MAPS_BUDGET (v57); one segment (the fp16 walk, the automatic split) elsewhere. The
+    maps on bf16 parts where asked for; fp32 inputs (no fp16 walk) take segments on theirs, fp16
+    inputs one segment."""
     one_chunk_short = (splits.AUTO_MIN_CHUNKS - 1) * 64
-    for B, H, HV, T, walks_one in ((1, 8, 16, 32768, True), (1, 4, 8, 32768, True), (1, 4, 8, 8192, True),
-                                   (1, 2, 4, 32768, True), (2, 1, 2, 32768, True), (1, 2, 4, one_chunk_short, False),
+    for B, H, HV, T, walks_one in ((1, 8, 16, 32768, True), (1, 8, 16, 8192, True), (1, 4, 8, 65536, True),
+                                   (1, 2, 4, 262144, True), (1, 4, 8, 32768, False), (1, 4, 8, 8192, False),
+                                   (1, 2, 4, 32768, False), (2, 1, 2, 32768, False), (1, 2, 4, one_chunk_short, False),
                                    (1, 1, 2, 32768, False), (1, 1, 2, 131072, False), (3, 1, 1, 8192, False)):
         q, v = tensors(B, T, H=H, HV=HV)
         plan = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
         if walks_one:
             assert (plan.P, plan.f16, plan.auto_split) == (1, True, True), (B, H, HV, T)
         else:
-            assert plan.P > 1 and not plan.f16, (B, H, HV, T)
+            assert plan.P > 1 and plan.f16 and plan.t_in, (B, H, HV, T)
         maps = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=4)
-        assert (maps.P, maps.f16) == (4, False)
+        assert (maps.P, maps.f16) == (4, True)
+        parts = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True, num_segments=4, maps="bf16_parts")
+        assert (parts.P, parts.f16) == (4, False)
     q, v = tensors(1, 32768, H=4, HV=8, dtype=torch.float32)
-    assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P > 1
+    p = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
+    assert p.P > 1 and not p.f16
     q, v = tensors(1, 8192, H=1, HV=2, dtype=torch.float16)        # fp16 inputs: the fp16 walk only
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P == 1
 

@@ -10,13 +10,16 @@ def test_choose_segments_fills_one_wave():
     assert choose_segments(4, 12, 132) == 3                # at least min_chunks chunks a segment
 
 
-def test_walks_one_segment_from_eight_heads_or_four_with_the_split():
-    """One segment from 8 sequences x value heads at any length, from 4 only where the automatic split
-    can run (its least chunk count), never below 4 (the H200 timings of benchmarks/NOTES.md v55-v56)."""
+def test_walks_one_segment_where_the_maps_would_lose_more():
+    """Below the automatic split's least chunk count, one segment from 16 sequences x value heads; from
+    it while heads^2 x chunks stays within MAPS_BUDGET (8 heads at 512 chunks, 4 at 2048, 2 at 8192)
+    the segment maps, one segment past it (benchmarks/NOTES.md v57)."""
     from gdn.ops.triton.schedule import walks_one_segment
-    assert [walks_one_segment(h, 128, 512) for h in (2, 4, 7, 8, 32)] == [False, False, False, True, True]
-    assert [walks_one_segment(h, 512, 512) for h in (1, 3, 4, 8)] == [False, False, True, True]
-    assert not walks_one_segment(4, 511, 512)
+    assert [walks_one_segment(h, 128, 512) for h in (2, 8, 15, 16, 32)] == [False, False, False, True, True]
+    assert [walks_one_segment(h, 511, 512) for h in (8, 16)] == [False, True]
+    assert [walks_one_segment(h, 512, 512) for h in (1, 4, 8, 9, 16)] == [False, False, False, True, True]
+    assert [walks_one_segment(4, c, 512) for c in (1024, 2048, 2049)] == [False, False, True]
+    assert [walks_one_segment(2, c, 512) for c in (8192, 8193)] == [False, True]
 
 
 def test_choose_pieces_follows_the_sweep():

@@ -90,16 +90,19 @@ def test_fp16_walk_on_a_state_erased_within_a_chunk():
 
 
 def test_fp16_walk_where_it_does_not_apply(monkeypatch):
-    """With segments, with |scale| > 256 or w and u stored (factors="wu") the default keeps the bf16
-    parts (fp16 inputs the tf32 walk), and asking for fp16 there is an error naming what it needs."""
+    """With segments on bf16 parts (maps="bf16_parts"), with |scale| > 256 or w and u stored
+    (factors="wu") the default keeps the bf16 parts (fp16 inputs the tf32 walk), and asking for fp16
+    there is an error naming what it needs. Segments take it by default (maps="f16")."""
     from gdn.ops.triton import triton_forward
     seen = launch_flags(monkeypatch)
     q, k, v, g, beta = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.bfloat16, seed=5, device=DEVICE)[:5]
-    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
+    parts = dict(num_segments=2, maps="bf16_parts")
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, **parts)
     triton_forward(q, k, v, g, beta, scale=300.0, chunk_size=32, use_qk_l2norm=True)
-    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, num_segments=2)          # no l2norm either
-    assert seen == [False, False, False]
-    for kw in (dict(num_segments=2), dict(use_qk_l2norm=True, num_segments=2), dict(use_qk_l2norm=True, scale=300.0),
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, **parts)          # no l2norm either
+    triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=32, use_qk_l2norm=True, num_segments=2)
+    assert seen == [False, False, False, True]
+    for kw in (parts, dict(use_qk_l2norm=True, **parts), dict(use_qk_l2norm=True, scale=300.0),
                dict(use_qk_l2norm=True, factors="wu")):
         with pytest.raises(ValueError, match="operands='fp16' needs"):
             triton_forward(q, k, v, g, beta, **{"scale": 0.25, "chunk_size": 32, "operands": "fp16", **kw})
