@@ -306,6 +306,9 @@ def undefined_uniform_reads(sass):
             dests, srcs = [], operands
         elif op.startswith("R2UR"):              # "R2UR P0, UR7, R2": a predicate and a register written
             dests, srcs = operands[:-1], operands[-1:]
+        elif op.startswith(("LOP3", "ULOP3")) and re.fullmatch(r"U?P\d", operands[0] if operands else ""):
+            # "ULOP3.LUT UP0, UR26, UR9, 0x1, URZ, 0xc0, !UPT": a predicate and a register written
+            dests, srcs = operands[:2], operands[2:]
         else:
             dests, srcs = operands[:1], operands[1:]
         if not op.startswith("HGMMA"):
