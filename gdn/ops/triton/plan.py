@@ -479,7 +479,11 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # that segments joined by maps on its operands lose less (schedule.walks_one_segment).
     f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
     one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, splits.AUTO_MIN_CHUNKS)
-    if cu_seqlens is not None or (num_segments is None and (f16 or one_segment)):
+    # The walk folds K x K maps (two bf16 parts, or fp32 tiles) in registers and shared memory: past
+    # K = 128 they do not fit an SM (at K = 256 the fold alone asks 573 KB of shared memory).
+    if num_segments is not None and num_segments > 1 and K > 128:
+        raise ValueError(f"num_segments > 1 (segment maps) needs K <= 128 (the walk folds K x K maps), got K={K}")
+    if cu_seqlens is not None or K > 128 or (num_segments is None and (f16 or one_segment)):
         P = 1                      # packed sequences: parallel over sequences x heads already; fp16: one segment
     elif num_segments is not None or (pieces is not None and pieces > 1):
         P = 1 if num_segments is None else max(1, min(int(num_segments), NT, 65535))   # (a grid axis: CUDA's cap)

@@ -70,6 +70,10 @@ def test_few_value_heads_walk_one_segment_or_the_maps(h200):
     q, v = tensors(1, 32768, H=4, HV=8, dtype=torch.float32)
     p = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
     assert p.P > 1 and not p.f16
+    q, v = tensors(1, 32768, H=1, HV=2, K=256, V=256)               # K x K maps past an SM: one segment
+    assert plan_forward(q, v, None, scale=256 ** -0.5, use_qk_l2norm=True).P == 1
+    with pytest.raises(ValueError, match="needs K <= 128"):
+        plan_forward(q, v, None, scale=256 ** -0.5, use_qk_l2norm=True, num_segments=2)
     q, v = tensors(1, 8192, H=1, HV=2, dtype=torch.float16)        # fp16 inputs: the fp16 walk only
     assert plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True).P == 1
 
