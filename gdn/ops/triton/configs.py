@@ -73,7 +73,7 @@ CONFIGS = {
     "maps P=8": dict(num_segments=8, maps="bf16_parts"),
     "maps P=16": dict(num_segments=16, maps="bf16_parts"),
     # ... and the maps on the fp16 walk's operands (v57: the maps and the walk from the WY pass's fp16
-    # copies and T diag(beta), as one segment's fp16 walk; the walk then folds the maps in fp32)
+    # copies and T diag(beta), as one segment's fp16 walk; A in two bf16 parts, which the walk folds)
     "one segment": dict(num_segments=1),             # the fp16 walk, flags, automatic split, at any heads
     "f16 maps P=2": dict(num_segments=2, maps="f16"),
     "f16 maps P=4": dict(num_segments=4, maps="f16"),
