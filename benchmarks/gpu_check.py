@@ -211,16 +211,16 @@ def correctness() -> None:
           torch.bfloat16, graph=True, walk_descriptors="kernel")
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,
           torch.bfloat16, graph=True, walk_descriptors="kernel")
-    # Few value heads at B = 1: one segment since v55 (the fp16 walk, flags, automatic split) from 8
-    # sequences x value heads, from 4 at 512 chunks (v56); fewer, or 4 on shorter sequences, the
-    # segment maps on bf16 parts by default; the maps also where asked for.
+    # Few value heads at B = 1: one segment (the fp16 walk, flags, automatic split) or segments joined
+    # by maps, by default on the fp16 walk's operands below 16 sequences x value heads (v57:
+    # schedule.walks_one_segment); each also where asked for, and the maps on bf16 parts.
     for gates in ("decaying", "long"):
         check(f"bf16 B1 T32k few heads 4/8 {gates} (one segment)", 1, 32768, torch.bfloat16, gates=gates,
-              dims=(4, 8, K, V))
-    check("bf16 B1 T32k few heads 2/4 replayed from a CUDA graph", 1, 32768, torch.bfloat16, graph=True,
-          dims=(2, 4, K, V))
-    check("bf16 B1 T32k few heads 4/8 long memory, maps P=4", 1, 32768, torch.bfloat16, gates="long",
-          dims=(4, 8, K, V), num_segments=4)
+              dims=(4, 8, K, V), num_segments=1)
+    check("bf16 B1 T32k few heads 2/4 replayed from a CUDA graph (one segment)", 1, 32768, torch.bfloat16,
+          graph=True, dims=(2, 4, K, V), num_segments=1)
+    check("bf16 B1 T32k few heads 4/8 long memory, maps P=4 (bf16 parts)", 1, 32768, torch.bfloat16, gates="long",
+          dims=(4, 8, K, V), num_segments=4, maps="bf16_parts")
     check("bf16 B1 T32k few heads 1/2 long memory (the maps by default)", 1, 32768, torch.bfloat16, gates="long",
           dims=(1, 2, K, V))
     check("bf16 B1 T16k few heads 2/4 replayed from a CUDA graph (the maps by default)", 1, 16384, torch.bfloat16,

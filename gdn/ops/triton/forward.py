@@ -388,17 +388,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
                         t.record_stream(main)
     else:
         wy_pass(0, NT)
-    if P > 1 and p.f16:
-        # The maps on the fp16 walk's operands: A as two bf16 parts (the walk's fold), B in fp32.
-        A_parts = torch.empty(2, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
-        maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[1]
-        maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
-        NMK = cdiv(K, BV)
-        launch(_segment_maps_f16_kernel, ((NMK + NV) * N * HV, P - 1),
-            kn, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P, H=H, HV=HV, K=K, V=V, BT=BT, BK=BK, BM=BV, NMK=NMK,
-            DOT_DTYPE=p.dot_dtype, F16_DOT=p.f16_dot, TMA=tma, num_stages=p.maps_stages,
-            num_warps=p.walk_warps or p.num_warps)
-    elif P > 1:
+    if P > 1:
+        # A in bf16 parts where the walk folds on them (the split paths, the fp16 maps among them), B fp32.
         if p.state_split > 0:
             A_parts = torch.empty(p.state_split, N * HV * (P - 1), K, K, dtype=torch.bfloat16, device=q.device)
             maps_A, maps_A2, maps_A3 = A_parts[0], A_parts[1], A_parts[p.state_split - 1]
@@ -406,8 +397,14 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             maps_A = torch.empty(N * HV * (P - 1), K, K, dtype=torch.float32, device=q.device)
         maps_B = torch.empty(N * HV * (P - 1), K, V, dtype=torch.float32, device=q.device)
         NMK = cdiv(K, BV)
-        launch(_segment_maps_kernel, (NMK + NV, N * HV, P - 1),
-            q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
-            FAST_DOTS=p.fast_dots, SPLIT=p.state_split, **walk_launch)
+        if p.f16:        # the maps by the fp16 walk's step, from what that walk reads
+            launch(_segment_maps_f16_kernel, ((NMK + NV) * N * HV, P - 1),
+                kn, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P, H=H, HV=HV, K=K, V=V, BT=BT, BK=BK,
+                BM=BV, NMK=NMK, DOT_DTYPE=p.dot_dtype, F16_DOT=p.f16_dot, TMA=tma, num_stages=p.maps_stages,
+                num_warps=p.walk_warps or p.num_warps)
+        else:
+            launch(_segment_maps_kernel, (NMK + NV, N * HV, P - 1),
+                q, k, g, beta, w, w2, w3, u, rk, maps_A, maps_A2, maps_A3, maps_B, T, L, P, BM=BV, NMK=NMK,
+                FAST_DOTS=p.fast_dots, SPLIT=p.state_split, **walk_launch)
     state_walk(0, 1 << 30, h0, ht)
     return o, ht

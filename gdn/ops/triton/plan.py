@@ -497,8 +497,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # copies and T diag(beta)), or on bf16 parts from w and u (v3's).
     if maps not in (None, "f16", "bf16_parts"):
         raise ValueError(f"maps must be None, 'f16' or 'bf16_parts', got {maps!r}")
-    maps_f16_fits = (P > 1 and f16_walkable and q.dtype == torch.bfloat16 and operands != "bf16_parts"
-                     and factors != "wu")
+    maps_f16_fits = P > 1 and f16_walkable and q.dtype == torch.bfloat16 and operands != "bf16_parts"
     if maps == "f16" and P > 1 and not maps_f16_fits:
         raise ValueError("maps='f16' needs bf16 inputs, |scale| <= 256 and the fp16 walk's operands (attention="
                          "'stored', state_split=2, wy_split 2 or 3, fast_dots=False, wy_dtype=torch.float32, "
