@@ -341,7 +341,7 @@ def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
     The default takes two heads a program on the fp16 walk and one elsewhere."""
     import inspect
     import gdn.ops.triton.forward as forward
-    q, k, v, g, beta, S0 = random_inputs(2, 150, 2, 8, 32, 32, dtype=torch.bfloat16, initial_state=True,
+    q, k, v, g, beta, S0 = random_inputs(2, 100, 1, 4, 32, 32, dtype=torch.bfloat16, initial_state=True,
                                          seed=51, device=DEVICE)
     g[:, :40:3] = -0.0
     # (The fp16 walk's inverse named: its default differs with one head a program and with two.)
@@ -356,17 +356,17 @@ def test_triton_wy_heads_per_program(monkeypatch, kw, s_rtol):
     spy_launches(monkeypatch, "wy_kernel", record)
     one = forward.triton_forward(q, k, v, g, beta, wy_heads=1, **call)
     gates_one = gates.copy()
-    assert sum(grids) == 2 * 5 * 8
+    assert sum(grids) == 2 * 4 * 4
     grids.clear()
     default = forward.triton_forward(q, k, v, g, beta, **call)
     _assert_same_and_close(default, one, (q, k, v, g, beta), S0, True, s_rtol)
-    assert sum(grids) == 2 * 5 * 8 // (2 if not kw else 1)
+    assert sum(grids) == 2 * 4 * 4 // (2 if not kw else 1)
     for heads in (2, 4) if not kw else (2,):         # 4: every head of a q/k head (the default's path only)
         grids.clear()
         gates.clear()
         both = forward.triton_forward(q, k, v, g, beta, wy_heads=heads, **call)
         _assert_same_and_close(both, one, (q, k, v, g, beta), S0, True, s_rtol)
-        assert sum(grids) == 2 * 5 * 8 // heads         # 2 sequences x 5 chunks x 8 heads, over the pieces
+        assert sum(grids) == 2 * 4 * 4 // heads         # 2 sequences x 4 chunks x 4 heads, over the pieces
         if "operands" not in kw:                        # one WY launch, which stores G (attention stored)
             assert len(gates) == 1 and torch.equal(gates[0], gates_one[0])
     for bad in (3, 8, 0):
