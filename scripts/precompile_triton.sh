@@ -42,9 +42,12 @@ if [ "$list" != none ]; then
   "${PYTHON:-python3}" "$root/benchmarks/precompile.py" "$list" ${GDN_TRITON_BUILD:+--build "$GDN_TRITON_BUILD"}
 fi
 
-# What a call carries: 64 MiB for .tcache, .peers and .ab (the A/B snapshots) together, less a MiB.
+# What a call carries: 64 MiB for the working tree (git's files, and those it does not ignore),
+# .tcache, .peers and .ab (the A/B snapshots) together, less a MiB.
 others="$( (du -scb "$root/.peers" "$root/.ab" 2>/dev/null || true) | tail -n 1 | cut -f1)"   # (either may be missing)
-limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - ${others:-0} - 1048576))}"
+tree="$(cd "$root" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null |
+  tail -n 1 | cut -f1)"
+limit="${GDN_TRITON_CARRY_MAX:-$((64 * 1048576 - ${others:-0} - ${tree:-0} - 1048576))}"
 mkdir -p "$stage/out"
 mapfile -t kernels < <(triton_cache_kernels)
 [ ${#kernels[@]} -gt 0 ] || { echo "precompile_triton: no kernel to pack" >&2; exit 1; }
