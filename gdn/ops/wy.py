@@ -275,9 +275,10 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
     if use_qk_l2norm:                                                        # r_k = 1 / |k|, per value head
         r_k = l2norm_factors_from_squares(kk_qk[:, :C].diagonal(dim1=-2, dim2=-1))
         r_k = r_k.view(N, B, H, 1, C).expand(N, B, H, G, C).reshape(N * b, C)
-        # D_ij r_j (j <= i) as e^{G_i - (G_j - log r_j)}: the keys' normalisation for k k^T and q k^T
-        # in the decay matrix's one exp (exponents <= log(1 / sqrt(eps)): no overflow).
-        D = _decay_matrix(Gc, Gc - r_k.log(), out=buf("D", N * b, C, C))
+        # D_ij r_j (j <= i) as e^{(G_i - G_j) + log r_j}: the keys' normalisation for k k^T and q k^T
+        # in the decay matrix's one exp (exponents <= log(1 / sqrt(eps)): no overflow). The difference
+        # first: log r_j added to G_j would round at G's ulp, 1e-4 of r_j where |G| ~ 2000.
+        D = _decay_matrix(Gc, r_k.log(), out=buf("D", N * b, C, C))
         beta_r, to_end = beta * r_k, (Gc[:, -1:] - Gc).exp_().mul_(r_k)
     else:
         D = _decay_matrix(Gc, out=buf("D", N * b, C, C))                   # e^{G_i - G_j}, j <= i
@@ -300,13 +301,14 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
                        gamma=gate[:, -1].view(N, b, 1))
 
 
-def _decay_matrix(Gc: torch.Tensor, Gc_cols=None, out=None) -> torch.Tensor:
-    """e^{G_i - G_j} ``[..., C, C]`` for j <= i, from the cumulative log decays Gc ``[..., C]`` (the
-    column terms from ``Gc_cols`` when given); 1 above the diagonal (the exponent is zeroed there
-    first: no overflow for any g, and no inf times zero in a gradient). Callers that read the upper
-    triangle mask it."""
-    Gc_cols = Gc if Gc_cols is None else Gc_cols
-    D = torch.sub(Gc[..., :, None], Gc_cols[..., None, :], out=out)
+def _decay_matrix(Gc: torch.Tensor, log_cols=None, out=None) -> torch.Tensor:
+    """e^{G_i - G_j} ``[..., C, C]`` for j <= i, from the cumulative log decays Gc ``[..., C]`` (times
+    e^{log_cols_j}, column j's factor, when ``log_cols [..., C]`` is given); 1 above the diagonal (the
+    exponent is zeroed there first: no overflow for any g, and no inf times zero in a gradient).
+    Callers that read the upper triangle mask it."""
+    D = torch.sub(Gc[..., :, None], Gc[..., None, :], out=out)
+    if log_cols is not None:
+        D.add_(log_cols[..., None, :])
     return D.tril_().exp_()
 
 

@@ -65,8 +65,9 @@ def test_affine_map_reproduces_chunk_end_state():
 @pytest.mark.parametrize("ratio", [1, 2])
 def test_walk_exact_with_zero_and_huge_keys(chunk_size, ratio):
     """The no-grad chunk walk takes the keys' l2 norms from k k^T's diagonal and folds them into the
-    decay matrix's exponent (log r_j): zero keys (r = 1 / sqrt(eps)), huge keys and a strong decay
-    must stay exact, for any chunk size and group size."""
+    decay matrix's exponent (+ log r_j): zero keys (r = 1 / sqrt(eps)), huge keys and a strong decay
+    must stay exact, for any chunk size and group size (float64: the float32 rounding of the
+    exponents is test_float32_exact_with_fast_forgetting_gates's)."""
     from tests.reference import reference_gdn
     q, k, v, g, beta, S0 = random_inputs(1, 200, 2, 2 * ratio, 16, 24, initial_state=True, seed=4)
     k[:, 5:40] = 0
@@ -78,3 +79,22 @@ def test_walk_exact_with_zero_and_huge_keys(chunk_size, ratio):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     assert_close(o, o_ref, name="o")
     assert_close(S, S_ref, name="S")
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+def test_float32_exact_with_fast_forgetting_gates(backend):
+    """float32 with l2norm on raw keys and g = -30 a token (G reaches -1920 in a chunk of 64): the
+    keys' norm factors must not be rounded at G's ulp (1.2e-4 there; the chunk walk once added
+    log r_j to G_j before the difference, 2.5e-5 relative in o). All three within 2e-6 of float64,
+    ten times their float32 rounding here."""
+    from tests.reference import reference_gdn
+    q, k, v, g, beta, S0 = random_inputs(1, 130, 2, 4, 32, 32, dtype=torch.float32, gate="strong",
+                                         initial_state=True, seed=3)
+    k = k * 3
+    with torch.no_grad():
+        o, S = gdn.gated_delta_rule(q, k, v, g, beta, initial_state=S0, output_final_state=True,
+                                    use_qk_l2norm=True, backend=backend)
+    o_ref, S_ref = reference_gdn(*(x.double() for x in (q, k, v, g, beta)), initial_state=S0.double(),
+                                 use_qk_l2norm=True)
+    assert_close(o, o_ref, rtol=2e-6, name="o")
+    assert_close(S, S_ref, rtol=2e-6, name="S")
