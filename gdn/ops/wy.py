@@ -18,7 +18,11 @@ i.e. the chunk is the affine map S0 -> A_c S0 + B_c with
     B_c = k_dec^T u                (k_dec = K e^{G_C - G})
 
 The chunk algorithm walks S through the chunks; the scan algorithm composes the (A_c, B_c) maps.
-Decays are only ever formed as e^{(non-positive difference)}: nothing overflows for any g <= 0.
+Decays are only ever formed as e^{(non-positive difference)}: nothing overflows for any g <= 0. The
+cumulative sums G are float64 (chunk_log_decays): a difference G_i - G_j of float32 sums rounds at
+the ulp of |G|, so one strongly forgetting token (g = -1000) early in a chunk would cost the later
+tokens' decays 4e-5 of their value, where the recurrence loses nothing; and g = -inf (a reset) is
+taken as -1e4, whose e^g is 0 in float64 as e^-inf is, instead of making -inf - -inf = NaN.
 """
 from __future__ import annotations
 
@@ -150,6 +154,20 @@ def _to_chunks(x: torch.Tensor, N: int, C: int, G: int, row_scale=None, out=None
     return torch.mul(src.expand(out.shape), scale.expand(*out.shape[:-1], 1), out=out)
 
 
+# Any g below this is a reset: e^g is 0 in float64 (from -746 on) and float32, so the floor changes
+# no decay, and keeps -inf out of the differences of cumulative sums.
+G_FLOOR = -1e4
+
+
+def chunk_log_decays(g: torch.Tensor, N: int, C: int, H: int, G: int) -> torch.Tensor:
+    """Cumulative log decays from each chunk's start, ``[N, B, H, G, C]`` from g ``[B, N*C, H*G]``, in
+    float64 (float32 on devices without it, e.g. MPS): the decays are exps of their differences,
+    which then keep float32's accuracy however large |G| grows. g is floored at ``G_FLOOR``."""
+    B = g.shape[0]
+    wide = torch.float32 if g.device.type == "mps" else torch.float64
+    return g.view(B, N, C, H, G).permute(1, 0, 3, 4, 2).to(wide).clamp_min(G_FLOOR).cumsum(-1)
+
+
 def _chunk_rows(x: torch.Tensor, N: int, C: int, G: int) -> torch.Tensor:
     """Per-token scalars ``[B, N*C, H*G]`` as a view ``[N, B, H, G, C, 1]``."""
     B, _, HG = x.shape
@@ -189,10 +207,10 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm
     q = _to_chunks(q, N, C, 1, r_q, out=buf("q", N, B, H, 1, C, K))         # scale * q   [N, B, H, 1, C, K]
     k = _to_chunks(k, N, C, 1, r_k, out=buf("k", N, B, H, 1, C, K))         # [N, B, H, 1, C, K]
     v = _to_chunks(v, N, C, G, beta, out=buf("v", N, B, H, G, C, V))        # beta * v    [N, B, H, G, C, V]
-    Gc = g.view(B, N, C, H, G).permute(1, 0, 3, 4, 2).cumsum(-1)            # [N, B, H, G, C] log-decay from chunk start
+    Gc = chunk_log_decays(g, N, C, H, G)                                    # [N, B, H, G, C] log-decay from chunk start
     beta = beta.view(B, N, C, H, G).permute(1, 0, 3, 4, 2)                  # [N, B, H, G, C]
-    gate = Gc.exp()                                                         # e^G
-    D = _decay_matrix(Gc, out=buf("D", N, B, H, G, C, C))                   # e^{G_i - G_j}, j <= i
+    gate = Gc.exp().to(q.dtype)                                             # e^G
+    D = _decay_matrix(Gc, out=buf("D", N, B, H, G, C, C), dtype=q.dtype)    # e^{G_i - G_j}, j <= i
 
     kt = k.transpose(-1, -2)
     kk = torch.matmul(k, kt, out=buf("kk", N, B, H, 1, C, C))               # shared by the group
@@ -205,7 +223,7 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm
     w = torch.matmul(T_w, k.expand(N, B, H, G, C, K), out=buf("w", N, B, H, G, C, K))
     qk = torch.matmul(q, kt, out=buf("qk", N, B, H, 1, C, C))
     attn = torch.mul(qk, D, out=qk if shared else buf("attn", N, B, H, G, C, C)).tril_()   # scale (q k^T) . D, causal
-    k_dec = torch.mul(k, (Gc[..., -1:] - Gc).exp_()[..., None], out=buf("k_dec", N, B, H, G, C, K))
+    k_dec = torch.mul(k, (Gc[..., -1:] - Gc).exp_().to(q.dtype)[..., None], out=buf("k_dec", N, B, H, G, C, K))
     return ChunkFactors(q=q, gate=gate, attn=attn, w=w, u=u, k_dec=k_dec, gamma=gate[..., -1], T=T)
 
 
@@ -264,9 +282,9 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
     _to_chunks(k, N, C, 1, out=kq[..., :C, :])
     _to_chunks(q, N, C, 1, r_q, out=kq[..., C:, :])
     beta_v = _to_chunks(v, N, C, G, beta, out=buf("beta_v", N, B, H, G, C, V))
-    Gc = g.view(B, N, C, H, G).permute(1, 0, 3, 4, 2).cumsum(-1).reshape(N * b, C)   # log-decay from chunk start
+    Gc = chunk_log_decays(g, N, C, H, G).reshape(N * b, C)                  # log-decay from chunk start
     beta = beta.view(B, N, C, H, G).permute(1, 0, 3, 4, 2).reshape(N * b, C)
-    gate = Gc.exp()
+    gate = Gc.exp().to(q.dtype)
 
     # k k^T and q k^T in one product per q/k head ([k; q] k^T, the group's first value head's rows):
     # on this CPU one 2C-row product was faster than two C-row ones or four half-triangle ones.
@@ -278,11 +296,11 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
         # D_ij r_j (j <= i) as e^{(G_i - G_j) + log r_j}: the keys' normalisation for k k^T and q k^T
         # in the decay matrix's one exp (exponents <= log(1 / sqrt(eps)): no overflow). The difference
         # first: log r_j added to G_j would round at G's ulp, 1e-4 of r_j where |G| ~ 2000.
-        D = _decay_matrix(Gc, r_k.log(), out=buf("D", N * b, C, C))
-        beta_r, to_end = beta * r_k, (Gc[:, -1:] - Gc).exp_().mul_(r_k)
+        D = _decay_matrix(Gc, r_k.log(), out=buf("D", N * b, C, C), dtype=q.dtype)
+        beta_r, to_end = beta * r_k, (Gc[:, -1:] - Gc).exp_().to(q.dtype).mul_(r_k)
     else:
-        D = _decay_matrix(Gc, out=buf("D", N * b, C, C))                   # e^{G_i - G_j}, j <= i
-        beta_r, to_end = beta, (Gc[:, -1:] - Gc).exp_()
+        D = _decay_matrix(Gc, out=buf("D", N * b, C, C), dtype=q.dtype)    # e^{G_i - G_j}, j <= i
+        beta_r, to_end = beta, (Gc[:, -1:] - Gc).exp_().to(q.dtype)
     kk_qk = kk_qk.view(N, B, H, 1, 2, C, C)
     D6 = D.view(N, B, H, G, 1, C, C)
     if G == 1:                                                               # scaled in place, one pass
@@ -301,12 +319,15 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
                        gamma=gate[:, -1].view(N, b, 1))
 
 
-def _decay_matrix(Gc: torch.Tensor, log_cols=None, out=None) -> torch.Tensor:
+def _decay_matrix(Gc: torch.Tensor, log_cols=None, out=None, dtype=None) -> torch.Tensor:
     """e^{G_i - G_j} ``[..., C, C]`` for j <= i, from the cumulative log decays Gc ``[..., C]`` (times
     e^{log_cols_j}, column j's factor, when ``log_cols [..., C]`` is given); 1 above the diagonal (the
     exponent is zeroed there first: no overflow for any g, and no inf times zero in a gradient).
-    Callers that read the upper triangle mask it."""
+    Callers that read the upper triangle mask it. In ``out``'s dtype (else ``dtype``, else Gc's):
+    the differences are Gc's (float64, chunk_log_decays), rounded once."""
     D = torch.sub(Gc[..., :, None], Gc[..., None, :], out=out)
+    if out is None and dtype is not None:
+        D = D.to(dtype)
     if log_cols is not None:
         D.add_(log_cols[..., None, :])
     return D.tril_().exp_()

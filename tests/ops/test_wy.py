@@ -98,3 +98,26 @@ def test_float32_exact_with_fast_forgetting_gates(backend):
                                  use_qk_l2norm=True)
     assert_close(o, o_ref, rtol=2e-6, name="o")
     assert_close(S, S_ref, rtol=2e-6, name="S")
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "scan"])
+@pytest.mark.parametrize("reset", [-1e3, -1e5, float("-inf")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_resets_inside_chunks(backend, reset, dtype):
+    """Tokens whose gate forgets everything (g = -1e3, -1e5, or -inf: a hard reset) every 13 tokens,
+    so mid-chunk: the chunked backends' decays are exps of differences of cumulative sums, which must
+    neither round at their ulp (float32 sums of -1e3 cost 4e-5 relative) nor turn -inf - -inf into
+    NaN. Each against the float64 recurrence, at ten times float32's rounding here (float64: its
+    tolerance), with autograd (chunk_factors) and without (the chunk walk)."""
+    from tests.reference import reference_gdn
+    q, k, v, g, beta, S0 = random_inputs(1, 130, 2, 4, 32, 32, dtype=dtype, initial_state=True, seed=5)
+    g[:, 10::13] = reset
+    o_ref, S_ref = reference_gdn(*(x.double() for x in (q, k, v, g, beta)), initial_state=S0.double(),
+                                 use_qk_l2norm=True)
+    rtol = 2e-6 if dtype == torch.float32 else None
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            o, S = gdn.gated_delta_rule(q, k, v.requires_grad_(grad), g, beta, initial_state=S0,
+                                        output_final_state=True, use_qk_l2norm=True, backend=backend)
+        assert_close(o, o_ref, rtol=rtol, name=f"o (autograd {grad})")
+        assert_close(S, S_ref, rtol=rtol, name=f"S (autograd {grad})")
