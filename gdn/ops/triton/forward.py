@@ -66,9 +66,11 @@ def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
 def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False, cu_seqlens=None,
              use_qk_l2norm=False, chunk_size=64, out=None, **knobs):
     """triton_forward's body, under its device and launch mode."""
-    if q.dtype == torch.float64:           # no fp64 matrix units: compute from fp32 inputs
-        q = q.float()
-    q, k, v = q.contiguous(), k.to(q.dtype).contiguous(), v.contiguous()
+    # q and k in the wider of their dtypes (the torch backends compute in the widest input's): a bf16 q
+    # must not round an fp32 k. No fp64 matrix units: fp64 computes from fp32.
+    qk_dtype = torch.promote_types(q.dtype, k.dtype)
+    qk_dtype = torch.float32 if qk_dtype == torch.float64 else qk_dtype
+    q, k, v = q.to(qk_dtype).contiguous(), k.to(qk_dtype).contiguous(), v.contiguous()
     g, beta = g.float().contiguous(), beta.float().contiguous()
     h0 = None if initial_state is None else initial_state.float().contiguous()
     p = planned(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size, **knobs)

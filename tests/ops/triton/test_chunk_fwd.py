@@ -544,6 +544,20 @@ def test_triton_without_initial_or_final_state():
     assert_close(o, o_ref, rtol=1e-3, name="o")
 
 
+def test_triton_takes_q_and_k_in_the_wider_dtype():
+    """A bf16 q beside an fp32 k computes as both fp32 (as the torch backends take the widest input's
+    dtype): bit for bit the call with q given as fp32, where k once went to q's bf16 (1e-3 off)."""
+    q, k, v, g, beta, _ = random_inputs(1, 40, 1, 2, 16, 16, dtype=torch.float32, device=DEVICE)
+    q16 = q.bfloat16()
+    o_mixed, S_mixed = gdn.gated_delta_rule(q16, k, v, g, beta, backend="triton", output_final_state=True,
+                                            use_qk_l2norm=True, chunk_size=16)
+    o, S = gdn.gated_delta_rule(q16.float(), k, v, g, beta, backend="triton", output_final_state=True,
+                                use_qk_l2norm=True, chunk_size=16)
+    assert torch.equal(o_mixed, o) and torch.equal(S_mixed, S)
+    o_ref, S_ref = reference_gdn(q16.double(), k, v, g, beta, use_qk_l2norm=True)
+    assert_close(S_mixed, S_ref, rtol=1e-5, name="S")
+
+
 def test_triton_falls_back_to_chunk_for_gradients():
     q, k, v, g, beta, _ = random_inputs(1, 20, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
     q.requires_grad_(True)
