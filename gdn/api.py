@@ -28,6 +28,11 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         v: ``[B, T, HV, V]`` values; HV a multiple of H, value head h reads q/k head ``h // (HV // H)``
             (grouped value heads, no copies).
         g: ``[B, T, HV]`` natural-log decay per token (<= 0 for a decay; float32 recommended).
+            "recurrent", "chunk" and "scan" take any g down to -inf (a reset: e^g = 0) at their
+            dtype's accuracy: "chunk" and "scan" form decays from float64 cumulative sums, with g
+            floored at -1e4 (its e^g is 0 already). "triton" forms them from float32 sums within a
+            chunk (as FLA's and FlashQLA's kernels do): g must be finite (-inf gives NaN in o), and
+            a chunk whose |g| sum to ~10^3 keeps ~1e-4 of its later decays (fp32 inputs: o ~5e-5).
         beta: ``[B, T, HV]`` write strength (usually in [0, 1]).
         scale: output scale, default ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` state before the first token of each sequence (zeros if None).
@@ -38,7 +43,9 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             Without it the keys should keep beta |k|^2 <= 2 (else the recurrence itself may grow),
             and "triton" takes bf16 / fp16 q and k into fp16 matrix products as given: exact for
             entries of magnitude 2^-16 to 65504; a larger entry overflows to inf and gives NaN in o
-            (never a quiet error; gdn.ops.triton.walk_f16).
+            (never a quiet error; gdn.ops.triton.walk_f16); smaller ones lose bits to fp16's
+            subnormals (absolute error <= 2^-25): a q or k whose rows are all that small (say
+            entries ~1e-6) gives o with a large relative error there. Normalise, or pass fp32.
         chunk_size: tokens per chunk (a power of two; 64 by default); "triton" takes 16, 32 or 64.
         backend: "recurrent" (token by token), "chunk" (WY chunks, seed 002), "scan" (chunk affine
             maps + parallel prefix scan, seed 000), "triton" (GPU kernels, bf16/fp16/fp32 inputs), or
@@ -59,7 +66,13 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         ``(o, final_state)``: o ``[B, T, HV, V]`` in v's dtype; final_state ``[N, HV, K, V]`` float32
         (float64 when any input is float64), or None unless ``output_final_state``.
 
-    Accumulation is float32 (float64 for float64 inputs) whatever the input dtype.
+    Accumulation is float32 (float64 for float64 inputs) whatever the input dtype; "triton" takes q
+    and k in the wider of their two dtypes.
+
+    Causality holds for finite inputs. A NaN or inf in one token's inputs reaches the outputs of every
+    token of its chunk in "chunk", "scan" and "triton" (their products mix a chunk's tokens, and a
+    masked product is 0 x NaN), where "recurrent" keeps it from earlier tokens: pad with zeros, not
+    with uninitialised memory.
 
     Example::
 
