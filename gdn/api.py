@@ -32,7 +32,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             dtype's accuracy: "chunk" and "scan" form decays from float64 cumulative sums, with g
             floored at -1e4 (its e^g is 0 already). "triton" forms them from float32 sums within a
             chunk (as FLA's and FlashQLA's kernels do): g must be finite (-inf gives NaN in o), and
-            a chunk whose |g| sum to ~10^3 keeps ~1e-4 of its later decays (fp32 inputs: o ~5e-5).
+            a chunk whose g sum to ~-10^3 has its later decays off by ~1e-4 (fp32 inputs: o ~5e-5).
         beta: ``[B, T, HV]`` write strength (usually in [0, 1]).
         scale: output scale, default ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` state before the first token of each sequence (zeros if None).
