@@ -60,7 +60,7 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
     if cu_seqlens is None:
         N = B
     else:
-        _check_cu_seqlens(cu_seqlens, B, T)
+        check_cu_seqlens(cu_seqlens, B, T)
         N = cu_seqlens.numel() - 1
     if initial_state is not None:
         _floating("initial_state", initial_state)
@@ -77,7 +77,10 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
 _last_valid_cu_seqlens = (lambda: None, -1, -1)
 
 
-def _check_cu_seqlens(cu_seqlens, B: int, T: int) -> None:
+def check_cu_seqlens(cu_seqlens, B: int, T: int) -> None:
+    """cu_seqlens ``[N + 1]`` (int32 / int64) of N sequences packed along the T tokens of a batch of
+    one: its type, shape and values (from 0 to T, non-decreasing), the values read once per CUDA
+    tensor (see above). Raises TypeError / ValueError naming what was expected."""
     global _last_valid_cu_seqlens
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"cu_seqlens must be a 1-D integer torch.Tensor, got {type(cu_seqlens).__name__}")

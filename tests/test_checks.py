@@ -147,18 +147,18 @@ def test_cu_seqlens_values_are_read_once_per_tensor_version(monkeypatch):
     tolist = torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or tolist(self))
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    from gdn.checks import _check_cu_seqlens
+    from gdn.checks import check_cu_seqlens
     cu = torch.tensor([0, 3, 8])
-    _check_cu_seqlens(cu, 1, 8)
-    _check_cu_seqlens(cu, 1, 8)
+    check_cu_seqlens(cu, 1, 8)
+    check_cu_seqlens(cu, 1, 8)
     assert len(reads) == 1
     with pytest.raises(ValueError, match="end at T=9"):      # another T is checked again
-        _check_cu_seqlens(cu, 1, 9)
+        check_cu_seqlens(cu, 1, 9)
     cu[1] = 9                                                  # bumps the version counter
     with pytest.raises(ValueError, match="non-decreasing"):
-        _check_cu_seqlens(cu, 1, 8)
+        check_cu_seqlens(cu, 1, 8)
     with pytest.raises(ValueError, match="non-decreasing"):   # a failed check is not remembered
-        _check_cu_seqlens(cu, 1, 8)
+        check_cu_seqlens(cu, 1, 8)
 
 
 def test_cu_seqlens_on_the_cpu_are_read_every_call():

@@ -44,9 +44,14 @@ class GatedDeltaNetCache:
         self.recurrent_state = None
 
     def select(self, index: torch.Tensor) -> None:
-        """Keep (or reorder, repeat) sequences by ``index`` ``[N']`` long: beam search reordering."""
+        """Keep (or reorder, repeat) sequences by ``index`` ``[N']`` long (a tensor, or a list of ints):
+        beam search reordering."""
         if self.is_empty:
             return
-        index = index.to(self.recurrent_state.device)
+        if isinstance(index, torch.Tensor) and (index.is_floating_point() or index.dtype == torch.bool):
+            raise TypeError(f"index must hold integers (sequence numbers), got {index.dtype}")
+        index = torch.as_tensor(index, dtype=torch.long, device=self.recurrent_state.device)
+        if index.dim() != 1:
+            raise ValueError(f"index must be 1-D [N'], got shape {tuple(index.shape)}")
         self.conv_state = self.conv_state.index_select(0, index)
         self.recurrent_state = self.recurrent_state.index_select(0, index)

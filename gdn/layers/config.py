@@ -47,8 +47,10 @@ class GatedDeltaNetConfig:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         for name in ("hidden_size", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.rms_norm_eps, (int, float)) or not 0 < self.rms_norm_eps < 1:
+            raise ValueError(f"rms_norm_eps must be a float in (0, 1), got {self.rms_norm_eps!r}")
         if self.num_v_heads % self.num_k_heads:
             raise ValueError(
                 f"num_v_heads ({self.num_v_heads}) must be a multiple of num_k_heads ({self.num_k_heads})"
@@ -97,6 +99,8 @@ class GatedDeltaNetConfig:
         layer_types = text.get("layer_types")
         if layer_types is None and "num_hidden_layers" in text:
             interval = text.get("full_attention_interval", 4)
+            if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+                raise ValueError(f"config's full_attention_interval must be a positive int, got {interval!r}")
             layer_types = [
                 "full_attention" if (i + 1) % interval == 0 else "linear_attention"
                 for i in range(text["num_hidden_layers"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..checks import check_cu_seqlens
 from ..ops.common import triton_interpreting
 
 BACKENDS = ("auto", "torch", "triton", "causal_conv1d")
@@ -203,10 +204,7 @@ def _check(x, weight, bias, initial_state, cu_seqlens, activation, backend) -> t
         raise ValueError(f"bias must be [D={D}], got {tuple(bias.shape)}")
     N = B
     if cu_seqlens is not None:
-        if B != 1:
-            raise ValueError(f"cu_seqlens needs a batch of 1 (packed sequences), got x with B={B}")
-        if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point():
-            raise ValueError(f"cu_seqlens must be a 1-D int tensor [N+1], got {tuple(cu_seqlens.shape)}")
+        check_cu_seqlens(cu_seqlens, B, T)          # the op's own check: what reaches the kernels is valid
         N = cu_seqlens.numel() - 1
     if initial_state is not None and tuple(initial_state.shape) != (N, D, W - 1):
         raise ValueError(f"initial_state must be [N={N}, D={D}, W-1={W - 1}], got {tuple(initial_state.shape)}")

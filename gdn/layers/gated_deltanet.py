@@ -22,6 +22,7 @@ from torch import nn
 
 import gdn
 
+from ..checks import check_cu_seqlens
 from .cache import GatedDeltaNetCache
 from .config import GatedDeltaNetConfig
 from .conv import causal_conv1d
@@ -147,6 +148,8 @@ class GatedDeltaNet(nn.Module):
         c = self.config
         B, T, _ = mixed_qkv.shape
         H, K, HV, V = c.num_k_heads, c.head_k_dim, c.num_v_heads, c.head_v_dim
+        if cu_seqlens is not None:
+            check_cu_seqlens(cu_seqlens, B, T)     # before the cache's count reads it
         N = B if cu_seqlens is None else cu_seqlens.numel() - 1
         continuing = cache is not None and not cache.is_empty
         if continuing and cache.batch_size != N:

@@ -41,3 +41,10 @@ def test_errors_name_the_problem():
         GatedDeltaNetConfig(num_k_heads=3, num_v_heads=4)
     with pytest.raises(ValueError, match="layout"):
         GatedDeltaNetConfig(layout="mamba")
+    with pytest.raises(ValueError, match="hidden_size must be a positive int, got True"):
+        GatedDeltaNetConfig(hidden_size=True)
+    with pytest.raises(ValueError, match="rms_norm_eps"):
+        GatedDeltaNetConfig(rms_norm_eps=-1.0)
+    with pytest.raises(ValueError, match="full_attention_interval must be a positive int, got 0"):
+        GatedDeltaNetConfig.from_dict({**{k: v for k, v in d.items() if k != "layer_types"},
+                                       "num_hidden_layers": 4, "full_attention_interval": 0})

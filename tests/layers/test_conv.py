@@ -62,6 +62,13 @@ def test_argument_errors():
         causal_conv1d(x, w, b, initial_state=s0[:, :, :2])
     with pytest.raises(ValueError, match="cu_seqlens"):
         causal_conv1d(x, w, b, cu_seqlens=torch.tensor([0, 5]))
+    # Its values too, as the op checks them (the kernels trust them).
+    x1 = x[:1]
+    for cu, what in [([3, 5], "start at 0"), ([0, 4, 2, 5], "non-decreasing"), ([0, 2, 7], "end at T=5")]:
+        with pytest.raises(ValueError, match=what):
+            causal_conv1d(x1, w, b, cu_seqlens=torch.tensor(cu))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        causal_conv1d(x1, w, b, cu_seqlens=torch.tensor([0.0, 5.0]))
     with pytest.raises(ValueError, match="backend"):
         causal_conv1d(x, w, b, backend="cuda")
     with pytest.raises(ValueError, match="activation"):

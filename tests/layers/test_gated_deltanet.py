@@ -109,7 +109,8 @@ def test_cache_select_reorders_sequences(loaded):
     x = inputs(3, 10, seed=4)
     cache = GatedDeltaNetCache()
     ours(x, cache=cache)
-    cache.select(torch.tensor([2, 0]))
+    cache.select([2, 1, 0])                       # a list, as a tensor
+    cache.select(torch.tensor([0, 2]))            # rows 2 and 0 of the first call
     step = inputs(2, 1, seed=5)
     y = ours(step, cache=cache)
     for row, src in enumerate([2, 0]):
@@ -138,6 +139,13 @@ def test_input_errors(loaded):
         ours(inputs(3, 1), cache=cache)
     with pytest.raises(ValueError, match="cache must be"):
         ours(inputs(2, 1), cache={})
+    # Packed boundaries are checked before the conv reads them.
+    with pytest.raises(ValueError, match="cu_seqlens must end at T=5"):
+        ours(inputs(1, 5), cu_seqlens=torch.tensor([0, 2, 4]))
+    with pytest.raises(TypeError, match="cu_seqlens must be a 1-D integer torch.Tensor"):
+        ours(inputs(1, 5), cu_seqlens=[0, 2, 5])
+    with pytest.raises(TypeError, match="index must hold integers"):
+        cache.select(torch.tensor([0.0, 1.0]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
