@@ -93,6 +93,7 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
     check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
+    chunk_size = int(chunk_size)                         # (numpy's ints too: checked as numbers.Integral)
     backend = resolve_backend(backend, q, k, v, g, beta, initial_state, chunk_size=chunk_size)
 
     if backend == "triton":

@@ -1,6 +1,7 @@
 """Argument checks for the public op: every bad input gets a clear error naming the argument."""
 from __future__ import annotations
 
+import numbers
 import weakref
 
 import torch
@@ -28,6 +29,8 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D [B, T, H, K], got shape {tuple(q.shape)}")
     B, T, H, K = q.shape
+    if H == 0 or K == 0:
+        raise ValueError(f"q must have at least one head and a head dim K >= 1, got shape {tuple(q.shape)}")
     if k.dim() != 4:
         raise ValueError(f"k must be 4-D [B, T, H, K], got shape {tuple(k.shape)}")
     if k.shape[-1] != K:
@@ -40,6 +43,8 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
     HV = v.shape[2]
     if HV == 0 or HV % H:
         raise ValueError(f"v's head count HV={HV} must be a positive multiple of q/k's head count H={H}")
+    if v.shape[3] == 0:
+        raise ValueError(f"v's head dim V must be >= 1, got shape {tuple(v.shape)}")
     _shape("g", g, (B, T, HV), "[B, T, HV]")
     _shape("beta", beta, (B, T, HV), "[B, T, HV]")
 
@@ -49,10 +54,12 @@ def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size,
         if isinstance(x, torch.Tensor) and x.device != device:
             raise ValueError(f"{name} is on {x.device} but q is on {device}: all tensors must share a device")
 
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+    # numbers.Real / Integral take numpy's scalars too (np.float32, np.int64), bool excluded.
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0 \
-            or chunk_size & (chunk_size - 1):
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+        raise TypeError(f"chunk_size must be an int (a positive power of two), got {type(chunk_size).__name__}")
+    if chunk_size <= 0 or chunk_size & (chunk_size - 1):
         raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

@@ -46,9 +46,21 @@ CASES = [
     (dict(backend="cuda"), ValueError, "backend must be one of"),
     (dict(chunk_size=48), ValueError, "chunk_size must be a positive power of two"),
     (dict(chunk_size=0), ValueError, "chunk_size"),
-    (dict(chunk_size=True), ValueError, "chunk_size"),
+    (dict(chunk_size=True), TypeError, "chunk_size must be an int"),
+    (dict(chunk_size=64.0), TypeError, "chunk_size must be an int"),
     (dict(scale="1"), TypeError, "scale"),
+    (dict(q=X["q"][:, :, :0], k=X["k"][:, :, :0]), ValueError, "at least one head"),
+    (dict(q=X["q"][..., :0], k=X["k"][..., :0]), ValueError, "head dim K >= 1"),
+    (dict(v=X["v"][..., :0]), ValueError, "head dim V must be >= 1"),
 ]
+
+
+def test_numpy_scalars_are_numbers():
+    """np.int64 chunk sizes and np.float32 scales (a config read with numpy) are taken as numbers."""
+    np = pytest.importorskip("numpy")
+    o, _ = call(chunk_size=np.int64(4), scale=np.float32(0.5))
+    o_ref, _ = call(chunk_size=4, scale=0.5)
+    assert torch.equal(o, o_ref)
 
 
 @pytest.mark.parametrize("overrides, error, words", CASES, ids=[c[2] for c in CASES])
