@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import argtypes
+
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
     """Each option's default at the end of its --help line, where it says something (not None: the
@@ -17,42 +19,47 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="gdn", description="Exact and fast Gated DeltaNet operators.")
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"gdn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     fmt = dict(formatter_class=_DefaultsHelp)
     demo = sub.add_parser("demo", **fmt, help="3-token walkthrough, cross-check table, timing table, tiny model")
-    demo.add_argument("--device", default="cpu", help="cpu or cuda")
-    demo.add_argument("--max-T", type=int, default=2048, help="longest sequence in the timing table")
+    demo.add_argument("--device", type=argtypes.device, default="cpu", help="cpu or cuda")
+    demo.add_argument("--max-T", type=argtypes.at_least(256), default=2048,
+                      help="longest sequence in the timing table (its lengths: 256 to 8192)")
     demo.add_argument("--skip-model", action="store_true", help="skip the tiny transformers model part")
 
     verify = sub.add_parser("verify", **fmt, help="cross-check the backends against a float64 recurrence")
-    verify.add_argument("--device", default="cpu", help="cpu or cuda")
-    verify.add_argument("--backends", default="recurrent,chunk,scan",
+    verify.add_argument("--device", type=argtypes.device, default="cpu", help="cpu or cuda")
+    verify.add_argument("--backends", type=argtypes.choice_list(("recurrent", "chunk", "scan", "triton")),
+                        default="recurrent,chunk,scan",
                         help="comma-separated: recurrent, chunk, scan, triton (triton on the CPU: set "
                              "TRITON_INTERPRET=1, Triton's interpreter)")
-    verify.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated input dtypes")
-    verify.add_argument("--T", default="1,63,65,300", help="comma-separated sequence lengths")
-    verify.add_argument("--B", type=int, default=2, help="batch (sequences)")
-    verify.add_argument("--H", type=int, default=2, help="q/k heads")
-    verify.add_argument("--HV", type=int, default=4, help="value heads (a multiple of H)")
-    verify.add_argument("--K", type=int, default=64, help="q/k head dim")
-    verify.add_argument("--V", type=int, default=64, help="value head dim")
-    verify.add_argument("--chunk-size", type=int, default=64, help="tokens per chunk (chunk, scan, triton)")
+    verify.add_argument("--dtypes", type=argtypes.choice_list(argtypes.DTYPES), default="float32,bfloat16",
+                        help="comma-separated input dtypes")
+    verify.add_argument("--T", type=argtypes.int_list(1), default="1,63,65,300", help="comma-separated sequence lengths")
+    verify.add_argument("--B", type=argtypes.at_least(1), default=2, help="batch (sequences)")
+    verify.add_argument("--H", type=argtypes.at_least(1), default=2, help="q/k heads")
+    verify.add_argument("--HV", type=argtypes.at_least(1), default=4, help="value heads (a multiple of H)")
+    verify.add_argument("--K", type=argtypes.at_least(1), default=64, help="q/k head dim")
+    verify.add_argument("--V", type=argtypes.at_least(1), default=64, help="value head dim")
+    verify.add_argument("--chunk-size", type=argtypes.at_least(1), default=64, help="tokens per chunk (chunk, scan, triton)")
     verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
     verify.add_argument("--l2norm", action="store_true",
                         help="use_qk_l2norm=True (raw randn keys); without it the keys are drawn with unit norm")
     verify.add_argument("--seed", type=int, default=0, help="random inputs' seed")
 
     bench = sub.add_parser("bench", **fmt, help="time gdn and every importable peer on the same inputs")
-    bench.add_argument("--device", default=None, help="cuda when available, else cpu")
-    bench.add_argument("--shapes", default=None,
+    bench.add_argument("--device", type=argtypes.device, default=None, help="cuda when available, else cpu")
+    bench.add_argument("--shapes", type=argtypes.shapes, default=None,
                        help="comma-separated BxT or varlenT/pieces, e.g. 1x8192,8x4096,varlen32768/16")
-    bench.add_argument("--H", type=int, default=16, help="q/k heads")
-    bench.add_argument("--HV", type=int, default=None, help="value heads (default: 32 on a GPU, --H on a CPU)")
-    bench.add_argument("--K", type=int, default=128, help="q/k head dim")
-    bench.add_argument("--V", type=int, default=128, help="value head dim")
-    bench.add_argument("--gates", default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
-    bench.add_argument("--l2norm", default=None,
+    bench.add_argument("--H", type=argtypes.at_least(1), default=16, help="q/k heads")
+    bench.add_argument("--HV", type=argtypes.at_least(1), default=None, help="value heads (default: 32 on a GPU, --H on a CPU)")
+    bench.add_argument("--K", type=argtypes.at_least(1), default=128, help="q/k head dim")
+    bench.add_argument("--V", type=argtypes.at_least(1), default=128, help="value head dim")
+    bench.add_argument("--gates", type=argtypes.choice_list(argtypes.GATES), default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
+    bench.add_argument("--l2norm", type=argtypes.l2norm, default=None,
                        help="on (use_qk_l2norm=True, raw q, k), off (unit-norm q, k, no l2norm) or on,off "
                             "(default: on,off on a GPU, on on a CPU)")
     bench.add_argument("--providers", default=None,
