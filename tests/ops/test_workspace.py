@@ -1,5 +1,7 @@
 """The reused workspace of the torch algorithms (gdn.ops.common.Workspace): calls of different shapes
 in a row stay exact, and nothing a call returns aliases a buffer the next call overwrites."""
+import shutil
+
 import pytest
 import torch
 
@@ -80,3 +82,20 @@ def test_exact_with_a_workspace_too_small_to_hold_anything(backend, monkeypatch)
     assert_close(o, o_ref, name="o")
     assert_close(S, S_ref, name="S")
     release_workspace()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="torch.compile's CPU code needs a C++ compiler")
+@pytest.mark.parametrize("backend", ["chunk", "scan"])
+def test_torch_compile_takes_fresh_tensors(backend):
+    """Under torch.compile no workspace is used (its out= views of reused buffers broke inductor's
+    lowering); the compiled call equals the eager one within float32's rounding."""
+    q, k, v, g, beta, S0 = random_inputs(1, 33, 1, 2, 16, 16, dtype=torch.float32, initial_state=True)
+    kw = dict(initial_state=S0, output_final_state=True, use_qk_l2norm=True, backend=backend, chunk_size=16)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a: gdn.gated_delta_rule(*a, **kw))
+    with torch.no_grad():
+        o, S = compiled(q, k, v, g, beta)
+        o_eager, S_eager = gdn.gated_delta_rule(q, k, v, g, beta, **kw)
+    assert_close(o, o_eager, rtol=1e-6, name="o")
+    assert_close(S, S_eager, rtol=1e-6, name="S")
