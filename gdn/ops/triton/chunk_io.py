@@ -10,6 +10,7 @@ import triton.language as tl
 
 from ..common import L2NORM_EPS
 from .addressing import load_rows, row_vec
+from .decay import floored
 from .split_dot import store_parts
 
 _L2NORM_EPS = tl.constexpr(L2NORM_EPS)       # the torch algorithms' eps (gdn.ops.common), in the kernels
@@ -59,7 +60,7 @@ def load_chunk(q, k, g, beta, tok0, t0, T_seq, i_h, i_hv,
     else:
         b_rq = tl.full([BT], 1.0, dtype=tl.float32)
         b_rk = tl.full([BT], 1.0, dtype=tl.float32)
-    b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
+    b_g = floored(tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32))
     b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0).to(tl.float32)
     return b_q.to(DOT_DTYPE), b_k.to(DOT_DTYPE), b_rq, b_rk, b_g, b_beta, row0, o_t, m_t
 

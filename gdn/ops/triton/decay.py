@@ -5,6 +5,16 @@ import triton
 import triton.language as tl
 
 _LOG2E = tl.constexpr(1.4426950408889634)        # e^x = 2^(x log2 e)
+# Any g below this is a reset: e^-128 is 0 in float32 (under its least subnormal, e^-103.3), so the
+# floor changes no decay where g <= 0, and keeps -inf out of the differences of cumulative sums
+# (-inf - -inf is NaN), which would make every output of a sequence NaN.
+G_FLOOR = tl.constexpr(-128.0)
+
+
+@triton.jit
+def floored(b_g):
+    """The log decays g as loaded, floored at G_FLOOR: g = -inf (a hard reset) as -128, NaN kept."""
+    return tl.maximum(b_g, G_FLOOR, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit

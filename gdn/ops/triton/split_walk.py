@@ -65,6 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .decay import floored
 from .launch import launch
 from .schedule import cdiv, next_pow2
 
@@ -140,7 +141,7 @@ def _chunk_growth_kernel(v, g, beta, heads, growth, decay, T, n_chunks, HV: tl.c
     rows = i_n.to(tl.int64) * T + i_c * BT + o_t                   # the chunk's token rows (all whole)
     b_v = tl.load(v + (rows * HV + i_hv)[:, None] * V + o_v[None, :], mask=(o_v < V)[None, :], other=0.0)
     b_beta = tl.load(beta + rows * HV + i_hv)
-    b_G = tl.cumsum(tl.load(g + rows * HV + i_hv), 0)
+    b_G = tl.cumsum(floored(tl.load(g + rows * HV + i_hv)), 0)
     b_G_last = tl.sum(tl.where(o_t == BT - 1, b_G, 0.0), 0)
     m = tl.abs(b_beta) * tl.max(tl.abs(b_v.to(tl.float32)), 1)
     b = tl.sum(tl.exp(b_G_last - b_G) * m, 0)
@@ -268,7 +269,7 @@ def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr
             t = t0 + o_t
             m = (t < end)[:, None] & m_h[None, :]
             offs = base + t.to(tl.int64)[:, None] * HV + o_h[None, :]
-            acc += tl.sum(tl.load(g + offs, mask=m, other=0.0), 0)
+            acc += tl.sum(floored(tl.load(g + offs, mask=m, other=0.0)), 0)
             b_beta = tl.load(beta + offs, mask=m, other=0.0)
             growing |= tl.max(((b_beta < 0) | (b_beta > 2)).to(tl.int32), 0)
         if KEYS:

@@ -25,7 +25,7 @@ import triton.language as tl
 from ..common import triton_interpreting
 from .addressing import decay_ptrs, row_offsets, row_offsets_t, row_tile, row_vec
 from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square
-from .decay import chunk_decay
+from .decay import chunk_decay, floored
 from .inverse import f16_out_of_range, inverse_f16, unit_lower_inverse, unit_lower_inverse_blocks
 from .split_dot import split_dot, store_parts
 from .split_walk import feed_chunk, forgets
@@ -257,8 +257,8 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
 
 @triton.jit
 def load_head_gates(g, beta, row0, i_hv, HV: tl.constexpr, o_t, m_t, HEADS: tl.constexpr):
-    """g and beta [BT] of value head i_hv, or [BT, HEADS] of heads i_hv .. i_hv + HEADS - 1 (adjacent
-    in [tokens, HV]), one column a head; rows past the sequence's end zero."""
+    """g (decay.floored) and beta [BT] of value head i_hv, or [BT, HEADS] of heads i_hv .. i_hv +
+    HEADS - 1 (adjacent in [tokens, HV]), one column a head; rows past the sequence's end zero."""
     if HEADS == 1:
         b_g = tl.load(row_vec(g, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
         b_beta = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
@@ -266,7 +266,7 @@ def load_head_gates(g, beta, row0, i_hv, HV: tl.constexpr, o_t, m_t, HEADS: tl.c
         o_j = tl.arange(0, HEADS)
         b_g = tl.load(row_tile(g, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
         b_beta = tl.load(row_tile(beta, row0, i_hv, HV, 1, o_t, o_j), mask=m_t[:, None], other=0.0)
-    return b_g, b_beta
+    return floored(b_g), b_beta
 
 
 @triton.jit

@@ -558,6 +558,28 @@ def test_triton_takes_q_and_k_in_the_wider_dtype():
     assert_close(S_mixed, S_ref, rtol=1e-5, name="S")
 
 
+@pytest.mark.parametrize("dtype, o_rtol, s_rtol", [(torch.float32, 1e-4, 2e-4), (torch.bfloat16, 1e-2, 2e-3)])
+def test_triton_resets_inside_chunks(dtype, o_rtol, s_rtol):
+    """g = -inf (a hard reset) or -1e3 every 13 tokens, so mid-chunk: the kernels floor g at -128
+    (decay.G_FLOOR; e^-128 is 0 in float32) as they load it, so -inf - -inf never makes NaN, and the
+    float32 cumulative sums stay small enough to keep the later decays (fp32: S 6e-5 here, where the
+    floor's absence cost -1e3 resets 1.2e-4 and -inf everything); a NaN in g still reaches o."""
+    q, k, v, g, beta, S0 = random_inputs(1, 130, 2, 4, 32, 32, dtype=dtype, initial_state=True, seed=3, device=DEVICE)
+    for reset in (float("-inf"), -1e3):
+        g_r = g.clone()
+        g_r[:, 10::13] = reset
+        o_ref, S_ref = reference_gdn(*(x.double() for x in (q, k, v, g_r, beta)), initial_state=S0.double(),
+                                     use_qk_l2norm=True)
+        o, S = gdn.gated_delta_rule(q, k, v, g_r, beta, initial_state=S0, output_final_state=True,
+                                    use_qk_l2norm=True, backend="triton")
+        assert_close(o, o_ref, rtol=o_rtol, name=f"o, resets {reset}")
+        assert_close(S, S_ref, rtol=s_rtol, name=f"S, resets {reset}")
+    g_r = g.clone()
+    g_r[:, 70] = float("nan")
+    o, _ = gdn.gated_delta_rule(q, k, v, g_r, beta, initial_state=S0, use_qk_l2norm=True, backend="triton")
+    assert o[:, 70:].isnan().any() and not o[:, :64].isnan().any()
+
+
 def test_triton_falls_back_to_chunk_for_gradients():
     q, k, v, g, beta, _ = random_inputs(1, 20, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
     q.requires_grad_(True)
