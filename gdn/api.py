@@ -31,8 +31,10 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             "recurrent", "chunk" and "scan" take any g down to -inf (a reset: e^g = 0) at their
             dtype's accuracy: "chunk" and "scan" form decays from float64 cumulative sums, with g
             floored at -1e4 (its e^g is 0 already). "triton" forms them from float32 sums within a
-            chunk (as FLA's and FlashQLA's kernels do): g must be finite (-inf gives NaN in o), and
-            a chunk whose g sum to ~-10^3 has its later decays off by ~1e-4 (fp32 inputs: o ~5e-5).
+            chunk (as FLA's and FlashQLA's kernels do), with g floored at -128 as loaded (e^-128 is
+            0 in float32, so exact for g <= 0; -inf is a reset, not NaN): several resets in one
+            chunk leave its later decays ~1e-4 off (fp32 inputs, a reset every 13 tokens: o
+            1.1e-5, S 6e-5 from float64). A NaN in g stays NaN in o.
         beta: ``[B, T, HV]`` write strength (usually in [0, 1]).
         scale: output scale, default ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` state before the first token of each sequence (zeros if None).
