@@ -1,7 +1,5 @@
 """The reused workspace of the torch algorithms (gdn.ops.common.Workspace): calls of different shapes
 in a row stay exact, and nothing a call returns aliases a buffer the next call overwrites."""
-import shutil
-
 import pytest
 import torch
 
@@ -84,16 +82,16 @@ def test_exact_with_a_workspace_too_small_to_hold_anything(backend, monkeypatch)
     release_workspace()
 
 
-@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
-                    reason="torch.compile's CPU code needs a C++ compiler")
 @pytest.mark.parametrize("backend", ["chunk", "scan"])
 def test_torch_compile_takes_fresh_tensors(backend):
-    """Under torch.compile no workspace is used (its out= views of reused buffers broke inductor's
-    lowering); the compiled call equals the eager one within float32's rounding."""
-    q, k, v, g, beta, S0 = random_inputs(1, 33, 1, 2, 16, 16, dtype=torch.float32, initial_state=True)
+    """Under torch.compile no workspace is used: its out= views of reused buffers failed in
+    functionalization (BackendCompilerFailed, inductor and aot_eager alike). aot_eager here, which
+    traces the same graph as inductor without its C++ build (a cold inductor took ~45 s on a 2-core
+    VM; with it the same call passes, checked by hand); compiled = eager within float32's rounding."""
+    q, k, v, g, beta, S0 = random_inputs(1, 24, 1, 2, 16, 16, dtype=torch.float32, initial_state=True)
     kw = dict(initial_state=S0, output_final_state=True, use_qk_l2norm=True, backend=backend, chunk_size=16)
     torch._dynamo.reset()
-    compiled = torch.compile(lambda *a: gdn.gated_delta_rule(*a, **kw))
+    compiled = torch.compile(lambda *a: gdn.gated_delta_rule(*a, **kw), backend="aot_eager")
     with torch.no_grad():
         o, S = compiled(q, k, v, g, beta)
         o_eager, S_eager = gdn.gated_delta_rule(q, k, v, g, beta, **kw)
