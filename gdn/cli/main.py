@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
 from . import argtypes
 
 
@@ -19,7 +20,6 @@ class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="gdn", description="Exact and fast Gated DeltaNet operators.")
-    from .. import __version__
     parser.add_argument("--version", action="version", version=f"gdn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -38,13 +38,15 @@ def main(argv=None) -> int:
                              "TRITON_INTERPRET=1, Triton's interpreter)")
     verify.add_argument("--dtypes", type=argtypes.choice_list(argtypes.DTYPES), default="float32,bfloat16",
                         help="comma-separated input dtypes")
-    verify.add_argument("--T", type=argtypes.int_list(1), default="1,63,65,300", help="comma-separated sequence lengths")
+    verify.add_argument("--T", type=argtypes.int_list(1), default="1,63,65,300",
+                        help="comma-separated sequence lengths")
     verify.add_argument("--B", type=argtypes.at_least(1), default=2, help="batch (sequences)")
     verify.add_argument("--H", type=argtypes.at_least(1), default=2, help="q/k heads")
     verify.add_argument("--HV", type=argtypes.at_least(1), default=4, help="value heads (a multiple of H)")
     verify.add_argument("--K", type=argtypes.at_least(1), default=64, help="q/k head dim")
     verify.add_argument("--V", type=argtypes.at_least(1), default=64, help="value head dim")
-    verify.add_argument("--chunk-size", type=argtypes.at_least(1), default=64, help="tokens per chunk (chunk, scan, triton)")
+    verify.add_argument("--chunk-size", type=argtypes.at_least(1), default=64,
+                        help="tokens per chunk (chunk, scan, triton)")
     verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
     verify.add_argument("--l2norm", action="store_true",
                         help="use_qk_l2norm=True (raw randn keys); without it the keys are drawn with unit norm")
@@ -55,10 +57,12 @@ def main(argv=None) -> int:
     bench.add_argument("--shapes", type=argtypes.shapes, default=None,
                        help="comma-separated BxT or varlenT/pieces, e.g. 1x8192,8x4096,varlen32768/16")
     bench.add_argument("--H", type=argtypes.at_least(1), default=16, help="q/k heads")
-    bench.add_argument("--HV", type=argtypes.at_least(1), default=None, help="value heads (default: 32 on a GPU, --H on a CPU)")
+    bench.add_argument("--HV", type=argtypes.at_least(1), default=None,
+                       help="value heads (default: 32 on a GPU, --H on a CPU)")
     bench.add_argument("--K", type=argtypes.at_least(1), default=128, help="q/k head dim")
     bench.add_argument("--V", type=argtypes.at_least(1), default=128, help="value head dim")
-    bench.add_argument("--gates", type=argtypes.choice_list(argtypes.GATES), default="decaying,long", help="decaying (logsigmoid(x+4)) and/or long (x+9)")
+    bench.add_argument("--gates", type=argtypes.choice_list(argtypes.GATES), default="decaying,long",
+                       help="decaying (logsigmoid(x+4)) and/or long (x+9)")
     bench.add_argument("--l2norm", type=argtypes.l2norm, default=None,
                        help="on (use_qk_l2norm=True, raw q, k), off (unit-norm q, k, no l2norm) or on,off "
                             "(default: on,off on a GPU, on on a CPU)")

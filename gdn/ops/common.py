@@ -118,9 +118,10 @@ def workspace_limit() -> int:
 
 def workspace(*tensors) -> Workspace | None:
     """The workspace for one call on ``tensors``: None when autograd records through them (their
-    intermediates must then be fresh tensors that autograd can keep) or under torch.compile; on a CPU the calling thread's
-    :class:`Workspace`, kept across calls; elsewhere a new one for this call only (the CUDA caching
-    allocator already recycles memory between calls, and device memory is not to be held)."""
+    intermediates must then be fresh tensors that autograd can keep) or under torch.compile; on a
+    CPU the calling thread's :class:`Workspace`, kept across calls; elsewhere a new one for this call
+    only (the CUDA caching allocator already recycles memory between calls, and device memory is not
+    to be held)."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return None
     if torch.compiler.is_compiling():         # torch.compile plans the memory itself (out= views break it)
