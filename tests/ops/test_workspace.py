@@ -87,7 +87,8 @@ def test_torch_compile_takes_fresh_tensors(backend):
     """Under torch.compile no workspace is used: its out= views of reused buffers failed in
     functionalization (BackendCompilerFailed, inductor and aot_eager alike). aot_eager here, which
     traces the same graph as inductor without its C++ build (a cold inductor took ~45 s on a 2-core
-    VM; with it the same call passes, checked by hand); compiled = eager within float32's rounding."""
+    VM; with it the same call passes, checked by hand); compiled = eager within float32's rounding,
+    outputs and gradients."""
     q, k, v, g, beta, S0 = random_inputs(1, 24, 1, 2, 16, 16, dtype=torch.float32, initial_state=True)
     kw = dict(initial_state=S0, output_final_state=True, use_qk_l2norm=True, backend=backend, chunk_size=16)
     torch._dynamo.reset()
@@ -97,3 +98,10 @@ def test_torch_compile_takes_fresh_tensors(backend):
         o_eager, S_eager = gdn.gated_delta_rule(q, k, v, g, beta, **kw)
     assert_close(o, o_eager, rtol=1e-6, name="o")
     assert_close(S, S_eager, rtol=1e-6, name="S")
+    # With autograd (training through a compiled model): the same gradients as eager.
+    grads = []
+    for fn in (compiled, lambda *a: gdn.gated_delta_rule(*a, **kw)):
+        q_grad = q.clone().requires_grad_(True)
+        fn(q_grad, k, v, g, beta)[0].square().sum().backward()
+        grads.append(q_grad.grad)
+    assert_close(grads[0], grads[1], rtol=1e-6, name="dq")
