@@ -210,7 +210,7 @@ def chunk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm
     Gc = chunk_log_decays(g, N, C, H, G)                                    # [N, B, H, G, C] log-decay from chunk start
     beta = beta.view(B, N, C, H, G).permute(1, 0, 3, 4, 2)                  # [N, B, H, G, C]
     gate = Gc.exp().to(q.dtype)                                             # e^G
-    D = _decay_matrix(Gc, out=buf("D", N, B, H, G, C, C), dtype=q.dtype)    # e^{G_i - G_j}, j <= i
+    D = _decay_matrix(Gc, q.dtype, out=buf("D", N, B, H, G, C, C))    # e^{G_i - G_j}, j <= i
 
     kt = k.transpose(-1, -2)
     kk = torch.matmul(k, kt, out=buf("kk", N, B, H, 1, C, C))               # shared by the group
@@ -296,10 +296,10 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
         # D_ij r_j (j <= i) as e^{(G_i - G_j) + log r_j}: the keys' normalisation for k k^T and q k^T
         # in the decay matrix's one exp (exponents <= log(1 / sqrt(eps)): no overflow). The difference
         # first: log r_j added to G_j would round at G's ulp, 1e-4 of r_j where |G| ~ 2000.
-        D = _decay_matrix(Gc, r_k.log(), out=buf("D", N * b, C, C), dtype=q.dtype)
+        D = _decay_matrix(Gc, q.dtype, r_k.log(), out=buf("D", N * b, C, C))
         beta_r, to_end = beta * r_k, (Gc[:, -1:] - Gc).exp_().to(q.dtype).mul_(r_k)
     else:
-        D = _decay_matrix(Gc, out=buf("D", N * b, C, C), dtype=q.dtype)    # e^{G_i - G_j}, j <= i
+        D = _decay_matrix(Gc, q.dtype, out=buf("D", N * b, C, C))    # e^{G_i - G_j}, j <= i
         beta_r, to_end = beta, (Gc[:, -1:] - Gc).exp_().to(q.dtype)
     kk_qk = kk_qk.view(N, B, H, 1, 2, C, C)
     D6 = D.view(N, B, H, G, 1, C, C)
@@ -319,15 +319,13 @@ def walk_factors(q, k, v, g, beta, scale: float, chunk_size: int, use_qk_l2norm:
                        gamma=gate[:, -1].view(N, b, 1))
 
 
-def _decay_matrix(Gc: torch.Tensor, log_cols=None, out=None, dtype=None) -> torch.Tensor:
-    """e^{G_i - G_j} ``[..., C, C]`` for j <= i, from the cumulative log decays Gc ``[..., C]`` (times
-    e^{log_cols_j}, column j's factor, when ``log_cols [..., C]`` is given); 1 above the diagonal (the
-    exponent is zeroed there first: no overflow for any g, and no inf times zero in a gradient).
-    Callers that read the upper triangle mask it. In ``out``'s dtype (else ``dtype``, else Gc's):
-    the differences are Gc's (float64, chunk_log_decays), rounded once."""
-    D = torch.sub(Gc[..., :, None], Gc[..., None, :], out=out)
-    if out is None and dtype is not None:
-        D = D.to(dtype)
+def _decay_matrix(Gc: torch.Tensor, dtype: torch.dtype, log_cols=None, out=None) -> torch.Tensor:
+    """e^{G_i - G_j} ``[..., C, C]`` in ``dtype`` (``out``'s, when given) for j <= i, from the
+    cumulative log decays Gc ``[..., C]`` (float64, chunk_log_decays: the differences round once),
+    times e^{log_cols_j}, column j's factor, when ``log_cols [..., C]`` is given; 1 above the diagonal
+    (the exponent is zeroed there first: no overflow for any g, and no inf times zero in a gradient).
+    Callers that read the upper triangle mask it."""
+    D = torch.sub(Gc[..., :, None], Gc[..., None, :], out=out).to(dtype)     # (out: no copy)
     if log_cols is not None:
         D.add_(log_cols[..., None, :])
     return D.tril_().exp_()
