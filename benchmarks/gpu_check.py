@@ -61,11 +61,12 @@ BASE = config(os.environ["GDN_CHECK_BASE"]) if os.environ.get("GDN_CHECK_BASE") 
 
 
 def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=None, graph=False,
-          dims=(H, HV, K, V), l2norm=True, **kw):
+          dims=(H, HV, K, V), l2norm=True, resets=None, **kw):
     """One call against the float64 reference. graph: the call is captured in a CUDA graph (after a
     warm-up outside it), the inputs refilled with other random values, the output poisoned, and the
     graph replayed: what is checked is the replay. dims: the problem's H, HV, K, V. l2norm=False:
-    unit-norm q and k, called without use_qk_l2norm."""
+    unit-norm q and k, called without use_qk_l2norm. resets: g of every 13th token set to this value
+    (-inf: a hard reset), so inside chunks and segments (the kernels floor g as they load it, v59)."""
     if not any(text in name for text in os.environ.get("GDN_CHECK_ONLY", "").split("|")):   # GDN_CHECK_ONLY
         return None
     H, HV, K, V = dims
@@ -73,6 +74,8 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
     q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed,
                                       unit_keys=not l2norm)
+    if resets is not None:
+        g[:, 12::13] = resets
     N = B if cu is None else len(cu) - 1
     S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
     kw = {**BASE, **kw}
@@ -94,6 +97,8 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
                                unit_keys=not l2norm)
         for static, new in zip((q, k, v, g, beta), fresh):
             static.copy_(new)
+        if resets is not None:
+            g[:, 12::13] = resets
         o.fill_(float("nan"))
         captured.replay()
     else:
@@ -261,6 +266,26 @@ def correctness() -> None:
     # fp16 inputs without l2norm are the walks' q and k, no copies (v51): the split and packed sequences too.
     check("fp16 B1 T32k decaying, no l2norm", 1, 32768, torch.float16, l2norm=False)
     check("fp16 varlen 32k in 7 pieces (one empty), no l2norm", 1, 32768, torch.float16, cu=cu16, l2norm=False)
+    # g = -inf or -1e3 every 13 tokens: the floor at -128 in every kernel that loads g (v59), on the
+    # paths that read it differently: the WY pass and the split's bounds and forgetting kernels, the
+    # one-segment walk, the maps (fp16 and bf16 parts), fp32 inputs, a CUDA graph.
+    for value in (float("-inf"), -1e3):
+        check(f"resets {value:g}: bf16 B1 T32k long memory (the split)", 1, 32768, torch.bfloat16, gates="long",
+              resets=value)
+        check(f"resets {value:g}: bf16 B1 T32k few heads 1/2 long memory (the maps)", 1, 32768, torch.bfloat16,
+              gates="long", dims=(1, 2, K, V), resets=value)
+    check("resets -inf: bf16 B1 T32k few heads 4/8, maps P=4 (bf16 parts)", 1, 32768, torch.bfloat16, gates="long",
+          dims=(4, 8, K, V), num_segments=4, maps="bf16_parts", resets=float("-inf"))
+    check("resets -inf: bf16 B1 T32k few heads 4/8 (one segment)", 1, 32768, torch.bfloat16, gates="long",
+          dims=(4, 8, K, V), num_segments=1, resets=float("-inf"))
+    check("resets -inf: fp32 B1 T4099 forced 7 segments", 1, 4099, torch.float32, bound=1e-3, num_segments=7,
+          resets=float("-inf"))
+    check("resets -inf: [bf16 parts] bf16 B2 T300", 2, 300, torch.bfloat16, resets=float("-inf"),
+          **config("bf16 parts"))
+    check("resets -inf: bf16 B8 T4k (wide blocks), replayed from a CUDA graph", 8, 4096, torch.bfloat16,
+          graph=True, resets=float("-inf"))
+    check("resets -inf: bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16,
+          resets=float("-inf"))
 
 
 SHAPES = [(1, 32768), (8, 4096)]
