@@ -72,10 +72,14 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
     H, HV, K, V = dims
     start = time.perf_counter()                               # (printed: compiles show as seconds)
     seed = int(time.time() * 1e3) % 100000                    # fresh inputs every run
-    q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed,
-                                      unit_keys=not l2norm)
-    if resets is not None:
-        g[:, 12::13] = resets
+
+    def problem(seed):
+        q, k, v, g, beta = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed,
+                                          unit_keys=not l2norm)
+        if resets is not None:
+            g[:, 12::13] = resets
+        return q, k, v, g, beta
+    q, k, v, g, beta = problem(seed)
     N = B if cu is None else len(cu) - 1
     S0 = torch.randn(N, HV, K, V, device="cuda") * 0.1
     kw = {**BASE, **kw}
@@ -93,12 +97,8 @@ def check(name, B, T, dtype, *, gates="decaying", cu=None, bound=5e-3, heads=Non
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured):
             o, S = call()
-        fresh = random_problem(B, T, H, HV, K, V, device="cuda", dtype=dtype, gates=gates, seed=seed + 1,
-                               unit_keys=not l2norm)
-        for static, new in zip((q, k, v, g, beta), fresh):
+        for static, new in zip((q, k, v, g, beta), problem(seed + 1)):
             static.copy_(new)
-        if resets is not None:
-            g[:, 12::13] = resets
         o.fill_(float("nan"))
         captured.replay()
     else:
