@@ -85,10 +85,18 @@ def run_demo(args) -> None:
     print_cross_check(device)
     print_timing(device, args.max_T)
     if not args.skip_model:
-        try:
-            from .demo_model import run_demo_model
-        except ImportError as err:
-            print(f"\n(tiny-model part skipped: {err})")
-        else:
-            print("\n== a tiny Qwen3.5-shaped model through transformers, with and without gdn ==")
-            run_demo_model(device=device)
+        print_model_part(device)
+
+
+def print_model_part(device: str) -> None:
+    """The tiny Qwen3.5-shaped model through transformers, with and without gdn; skipped, saying
+    why, where transformers is not installed (the ``hf`` extra)."""
+    try:
+        import transformers  # noqa: F401  (demo_model imports it only when it runs)
+
+        from .demo_model import run_demo_model
+    except ImportError as err:
+        print(f"\n(tiny-model part skipped: {err}; pip install -e '.[hf]' adds it)")
+        return
+    print("\n== a tiny Qwen3.5-shaped model through transformers, with and without gdn ==")
+    run_demo_model(device=device)
