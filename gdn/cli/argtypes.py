@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+class UsageError(ValueError):
+    """A bad combination of options (one value alone is argparse's to refuse), found once the command
+    knows its device: `gdn` prints it as a usage error of that command (exit 2), not a traceback."""
 GATES = ("decaying", "long")              # gdn bench's gate regimes (gdn.cli.timing.random_problem)
 
 
@@ -26,6 +31,20 @@ def at_least(low: int):
             raise argparse.ArgumentTypeError(f"expected an int >= {low}, got {value}")
         return value
     return parse
+
+
+def power_of_two(text: str) -> int:
+    """A positive power of two (chunk sizes)."""
+    value = at_least(1)(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"expected a power of two, got {value}")
+    return value
+
+
+def check_heads(H: int, HV: int) -> None:
+    """Grouped value heads: HV a multiple of H."""
+    if HV % H:
+        raise UsageError(f"argument --HV: expected a multiple of --H ({H}), got {HV}")
 
 
 def int_list(low: int):

@@ -27,6 +27,7 @@ import time
 import torch
 
 from .. import gated_delta_rule
+from .argtypes import UsageError, check_heads
 from .peers import available_peers
 from .timing import host_ms, median_ms, random_problem
 
@@ -75,12 +76,16 @@ def _config_provider(config: dict):
 def _providers(device: str, names, configs=()):
     ours = {}
     if configs and not device.startswith("cuda"):
-        raise ValueError(f"--configs names Triton configurations: it needs a CUDA device, got {device}")
+        raise UsageError(f"--configs names Triton configurations: it needs a CUDA device, got {device}")
     if device.startswith("cuda"):
         from ..ops.triton.configs import config
         ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="triton", **kw)
         for cname in configs:        # named launcher configurations, timed beside the default
-            ours[f"gdn[{cname}]"] = _config_provider(config(cname))   # "a&b" merges; unknown: ValueError
+            try:
+                knobs = config(cname)                                   # "a&b" merges
+            except ValueError as err:
+                raise UsageError(f"--configs: {err}") from None
+            ours[f"gdn[{cname}]"] = _config_provider(knobs)
     else:
         ours["gdn"] = lambda *a, **kw: gated_delta_rule(*a, backend="chunk", **kw)
         ours["gdn-scan"] = lambda *a, **kw: gated_delta_rule(*a, backend="scan", **kw)
@@ -92,7 +97,7 @@ def _providers(device: str, names, configs=()):
     if names:        # --providers picks among ours and the peers; --configs rows are always kept
         unknown = sorted(set(names) - set(providers) - set(errors))     # unimportable peers were named above
         if unknown:
-            raise ValueError(f"--providers: unknown {unknown}, expected some of {sorted({**providers, **errors})}")
+            raise UsageError(f"--providers: unknown {unknown}, expected some of {sorted({**providers, **errors})}")
         providers = {k: v for k, v in providers.items() if k in names or k.startswith("gdn[")}
     return providers
 
@@ -164,11 +169,16 @@ def run_bench(args) -> None:
     on_gpu = device.startswith("cuda")
     graphs = getattr(args, "graphs", False)
     if graphs and not on_gpu:
-        raise ValueError(f"--graphs times CUDA graph replays: it needs a CUDA device, got {device}")
+        raise UsageError(f"--graphs times CUDA graph replays: it needs a CUDA device, got {device}")
     HV = args.HV or (32 if on_gpu else args.H)
+    check_heads(args.H, HV)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     shapes = parse_shapes(args.shapes or (GPU_SHAPES if on_gpu else CPU_SHAPES))
-    names = args.providers.split(",") if args.providers else None
+    names = None
+    if args.providers is not None:
+        names = [name.strip() for name in args.providers.split(",") if name.strip()]
+        if not names:
+            raise UsageError(f"--providers: expected comma-separated names, got {args.providers!r}")
     regimes = parse_l2norm(getattr(args, "l2norm", None) or ("on,off" if on_gpu else "on"))
     providers = _providers(device, names, args.configs.split(",") if args.configs else ())
     if not on_gpu:

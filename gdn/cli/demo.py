@@ -1,6 +1,7 @@
 """`gdn demo`: the 3-token walkthrough, a cross-check table, a timing table, a tiny model."""
 from __future__ import annotations
 
+import importlib
 import itertools
 import platform
 import sys
@@ -92,8 +93,7 @@ def print_model_part(device: str) -> None:
     """The tiny Qwen3.5-shaped model through transformers, with and without gdn; skipped, saying
     why, where transformers is not installed (the ``hf`` extra)."""
     try:
-        import transformers  # noqa: F401  (demo_model imports it only when it runs)
-
+        importlib.import_module("transformers")      # (demo_model imports it only when it runs)
         from .demo_model import run_demo_model
     except ImportError as err:
         print(f"\n(tiny-model part skipped: {err}; pip install -e '.[hf]' adds it)")

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     verify.add_argument("--HV", type=argtypes.at_least(1), default=4, help="value heads (a multiple of H)")
     verify.add_argument("--K", type=argtypes.at_least(1), default=64, help="q/k head dim")
     verify.add_argument("--V", type=argtypes.at_least(1), default=64, help="value head dim")
-    verify.add_argument("--chunk-size", type=argtypes.at_least(1), default=64,
+    verify.add_argument("--chunk-size", type=argtypes.power_of_two, default=64,
                         help="tokens per chunk (chunk, scan, triton)")
     verify.add_argument("--varlen", action="store_true", help="pack the batch as random-length sequences")
     verify.add_argument("--l2norm", action="store_true",
@@ -80,15 +80,18 @@ def main(argv=None) -> int:
                        help="time the first shape's first case once more first, not kept (auto: on a GPU)")
 
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
-        run_demo(args)
-    elif args.command == "verify":
-        from .verify import run_verify
-        return run_verify(args)
-    elif args.command == "bench":
-        from .bench import run_bench
-        run_bench(args)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+            run_demo(args)
+        elif args.command == "verify":
+            from .verify import run_verify
+            return run_verify(args)
+        elif args.command == "bench":
+            from .bench import run_bench
+            run_bench(args)
+    except argtypes.UsageError as err:          # options that do not go together (exit 2)
+        {"demo": demo, "verify": verify, "bench": bench}[args.command].error(str(err))
     return 0
 
 

@@ -1,9 +1,13 @@
 """`gdn verify`: every chosen backend against a float64 recurrence, on shapes and dtypes given as options."""
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from .. import gated_delta_rule
+from ..ops.common import triton_interpreting
+from .argtypes import UsageError, check_heads
 
 # Pass/fail bounds on the relative-norm error of o and the final state, by input dtype.
 BOUNDS = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
@@ -16,6 +20,13 @@ def _rel(a, b):
 def run_verify(args) -> int:
     device = args.device
     backends = [b for b in args.backends.split(",") if b]
+    check_heads(args.H, args.HV)
+    if "triton" in backends:
+        if importlib.util.find_spec("triton") is None:
+            raise UsageError("argument --backends: triton needs the triton package (pip install triton)")
+        if device == "cpu" and not triton_interpreting():
+            raise UsageError("argument --backends: triton on the CPU runs in Triton's interpreter: set "
+                             "TRITON_INTERPRET=1")
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     lengths = [int(t) for t in args.T.split(",") if t]
     print(f"{'T':>6} {'dtype':>9} {'backend':>9} {'rel err o':>10} {'rel err S':>10} {'max |err| o':>11}  ok")

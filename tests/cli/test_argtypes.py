@@ -28,6 +28,39 @@ def test_bad_option_values_are_usage_errors(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+# Options that do not go together: usage errors too (gdn.cli.argtypes.UsageError), before any timing.
+CLASHES = [
+    ("bench --shapes 1x64 --H 2 --HV 3", "argument --HV: expected a multiple of --H (2), got 3"),
+    ("verify --H 2 --HV 3", "argument --HV: expected a multiple of --H (2), got 3"),
+    ("verify --chunk-size 3", "argument --chunk-size: expected a power of two, got 3"),
+    ("bench --shapes 1x64 --providers foo", "--providers: unknown ['foo']"),
+    ("bench --shapes 1x64 --providers ,", "--providers: expected comma-separated names, got ','"),
+]
+CPU_CLASHES = [
+    ("bench --shapes 1x64 --device cpu --graphs", "--graphs times CUDA graph replays: it needs a CUDA device"),
+    ("bench --shapes 1x64 --device cpu --configs bv64", "--configs names Triton configurations: it needs a CUDA"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CLASHES + CPU_CLASHES, ids=[c[0] for c in CLASHES + CPU_CLASHES])
+def test_options_that_clash_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv.split())
+    assert exit_.value.code == 2
+    out = capsys.readouterr()
+    assert message in out.err and "Traceback" not in out.err
+    assert "gdn bench |" not in out.out                   # refused before the run's header
+
+
+def test_triton_on_the_cpu_needs_the_interpreter(monkeypatch, capsys):
+    pytest.importorskip("triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", "--backends", "triton"])
+    assert exit_.value.code == 2
+    assert "triton on the CPU runs in Triton's interpreter: set TRITON_INTERPRET=1" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_device_without_a_gpu(capsys):
     with pytest.raises(SystemExit):
