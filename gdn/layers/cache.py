@@ -48,9 +48,12 @@ class GatedDeltaNetCache:
         beam search reordering."""
         if self.is_empty:
             return
-        if isinstance(index, torch.Tensor) and (index.is_floating_point() or index.dtype == torch.bool):
+        # Its own dtype first (a list or array of bools or floats too): cast, [True, False] would read
+        # as the sequence numbers 1, 0 and 2.5 as 2.
+        index = torch.as_tensor(index)
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
             raise TypeError(f"index must hold integers (sequence numbers), got {index.dtype}")
-        index = torch.as_tensor(index, dtype=torch.long, device=self.recurrent_state.device)
+        index = index.to(dtype=torch.long, device=self.recurrent_state.device)
         if index.dim() != 1:
             raise ValueError(f"index must be 1-D [N'], got shape {tuple(index.shape)}")
         self.conv_state = self.conv_state.index_select(0, index)

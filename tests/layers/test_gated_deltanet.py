@@ -144,8 +144,12 @@ def test_input_errors(loaded):
         ours(inputs(1, 5), cu_seqlens=torch.tensor([0, 2, 4]))
     with pytest.raises(TypeError, match="cu_seqlens must be a 1-D integer torch.Tensor"):
         ours(inputs(1, 5), cu_seqlens=[0, 2, 5])
-    with pytest.raises(TypeError, match="index must hold integers"):
-        cache.select(torch.tensor([0.0, 1.0]))
+    import numpy as np
+    for index in (torch.tensor([0.0, 1.0]), [True, False], [0.9, 1.5], np.array([True, False])):
+        with pytest.raises(TypeError, match="index must hold integers"):      # never cast to numbers
+            cache.select(index)
+    cache.select(np.array([1, 0]))                                             # integers in any container
+    assert cache.recurrent_state.shape[0] == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
