@@ -94,10 +94,12 @@ def causal_conv1d_torch(x, weight, bias=None, initial_state=None, cu_seqlens=Non
             if first < e:
                 acc[:, first - s:].addcmul_(window[:, first - shift - lo:e - shift - lo], w[:, W - 1 - shift])
         if state is not None and s < W - 1:
-            # Taps that reach before token 0 read the state: token t, tap j reads state column t + j.
+            # Taps that reach before token 0 read the state: token t, tap j reads state column t + j
+            # (tokens s .. t1 - 1 of this block; a block may start after token 0 when it is short).
             for j in range(W - 1):
-                n = min(W - 1 - j, e)
-                acc[:, :n].addcmul_(state[:, j:j + n], w[:, j])
+                t1 = min(W - 1 - j, e)
+                if t1 > s:
+                    acc[:, :t1 - s].addcmul_(state[:, s + j:t1 + j], w[:, j])
         if b is not None:
             acc += b
         y[:, s:e] = F.silu(acc, inplace=True) if silu else acc
@@ -194,6 +196,11 @@ def _check(x, weight, bias, initial_state, cu_seqlens, activation, backend) -> t
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
         raise ValueError(f"x must be a [B, T, D] tensor, got shape {getattr(x, 'shape', None)}")
+    # Floats only: an integer x would come back truncated to integers (the output takes x's dtype).
+    for name, t in (("x", x), ("weight", weight), ("bias", bias), ("initial_state", initial_state)):
+        if t is not None and not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     B, T, D = x.shape
     if weight.dim() == 3 and weight.shape[1] == 1:
         weight = weight[:, 0]

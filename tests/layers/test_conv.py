@@ -73,6 +73,22 @@ def test_argument_errors():
         causal_conv1d(x, w, b, backend="cuda")
     with pytest.raises(ValueError, match="activation"):
         causal_conv1d(x, w, b, activation="relu")
+    # Floats only (an integer x came back as truncated integers).
+    for args, what in [((x.long(), w, b), "x"), ((x, w.int(), b), "weight"), ((x, w, b.long()), "bias")]:
+        with pytest.raises(TypeError, match=f"{what} must be a floating-point"):
+            causal_conv1d(*args)
+    with pytest.raises(TypeError, match="initial_state must be a floating-point"):
+        causal_conv1d(x, w, b, initial_state=s0.long())
+
+
+@pytest.mark.parametrize("block_tokens", [1, 2, 3, 5])
+def test_blocks_shorter_than_the_state(block_tokens):
+    """causal_conv1d_torch's blocks of tokens may be shorter than the W - 1 state columns: the state's
+    taps then reach into the second and later blocks too (a shape error before)."""
+    from gdn.layers.conv import causal_conv1d_torch
+    x, w, b, s0 = random_conv_inputs(2, 10, 6, 4, seed=3)
+    y = causal_conv1d_torch(x, w, b, s0, None, True, block_tokens=block_tokens)
+    assert_close(y, reference_conv(x, w, b, s0)[0], rtol=1e-6, name=f"y, blocks of {block_tokens}")
 
 
 @pytest.mark.parametrize("cu", [None, torch.tensor([0, 2, 9])])
