@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
+GATES = ("decaying", "long")              # gdn bench's gate regimes (gdn.cli.timing.random_problem)
 
 
 class UsageError(ValueError):
     """A bad combination of options (one value alone is argparse's to refuse), found once the command
     knows its device: `gdn` prints it as a usage error of that command (exit 2), not a traceback."""
-GATES = ("decaying", "long")              # gdn bench's gate regimes (gdn.cli.timing.random_problem)
 
 
 def _items(text: str, what: str) -> list[str]:

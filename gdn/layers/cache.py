@@ -48,7 +48,7 @@ class GatedDeltaNetCache:
         beam search reordering."""
         if self.is_empty:
             return
-        # Its own dtype first (a list or array of bools or floats too): cast, [True, False] would read
+        # Checked in its own dtype (lists and arrays too): cast to long first, [True, False] would read
         # as the sequence numbers 1, 0 and 2.5 as 2.
         index = torch.as_tensor(index)
         if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
