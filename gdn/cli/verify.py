@@ -1,11 +1,10 @@
 """`gdn verify`: every chosen backend against a float64 recurrence, on shapes and dtypes given as options."""
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
 from .. import gated_delta_rule
+from ..api import triton_available
 from ..ops.common import triton_interpreting
 from .argtypes import UsageError, check_heads
 
@@ -22,7 +21,7 @@ def run_verify(args) -> int:
     backends = [b for b in args.backends.split(",") if b]
     check_heads(args.H, args.HV)
     if "triton" in backends:
-        if importlib.util.find_spec("triton") is None:
+        if not triton_available():
             raise UsageError("argument --backends: triton needs the triton package (pip install triton)")
         if device == "cpu" and not triton_interpreting():
             raise UsageError("argument --backends: triton on the CPU runs in Triton's interpreter: set "
