@@ -201,6 +201,8 @@ def correctness() -> None:
     check("[gluon walk] bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16, walk="gluon")
     check("[gluon walk] bf16 B8 T4000 (partial chunks)", 8, 4000, torch.bfloat16, walk="gluon")
     check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
+    check("bf16 B1 T=2^20 in windows of 2^18, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31],
+          **config("windows 2^18"))
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
     check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk: Gluon's)", 8, 4096, torch.bfloat16, graph=True)

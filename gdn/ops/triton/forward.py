@@ -58,9 +58,44 @@ def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
     H200 and an H100. ``direct_launch=True`` (default) launches each kernel directly once a launch
     with its key was seen (gdn.ops.triton.launch: the same compiled kernels, bit for bit the same
     results, ~0.35 ms less host time a B1 x T32k call on the GPU machine's host, NOTES.md v39);
-    False goes through Triton's ``kernel[grid]`` at every launch."""
+    False goes through Triton's ``kernel[grid]`` at every launch.
+
+    ``window_tokens`` (default None: off): walk one dense sequence (B = 1, no cu_seqlens) longer than
+    that many tokens in windows of it (a multiple of chunk_size), each window a call of its own from
+    the previous one's final state, o written in place: the intermediates (the fp16 copies of q and k,
+    T diag(beta), P and the decays: ~16 GiB at T = 2^20 with 32 value heads of 128) then scale with
+    the window, not the sequence. Each window adds its split's warm-ups (benchmarks/NOTES.md v61:
+    +0.6% of the walk with two windows at T = 2^20, by count); the results move in their last bits
+    against the call without windows (other segment boundaries)."""
     with direct_launches(direct_launch):
+        window = kwargs.pop("window_tokens", None)
+        if window is not None:
+            return _windows(q, k, v, g, beta, window, **kwargs)
         return _forward(q, k, v, g, beta, **kwargs)
+
+
+def _windows(q, k, v, g, beta, window, *, initial_state=None, output_final_state=False, cu_seqlens=None,
+             chunk_size=64, out=None, **kwargs):
+    """triton_forward's call in windows of ``window`` tokens (its docstring); a sequence no longer than
+    one window is one call."""
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % chunk_size:
+        raise ValueError(f"window_tokens must be a positive multiple of chunk_size ({chunk_size}), got {window!r}")
+    if cu_seqlens is not None or q.shape[0] != 1:
+        raise ValueError(f"window_tokens cuts one dense sequence (B = 1, no cu_seqlens), got B = {q.shape[0]}"
+                         f"{' and cu_seqlens' if cu_seqlens is not None else ''}")
+    T = q.shape[1]
+    if T <= window:
+        return _forward(q, k, v, g, beta, initial_state=initial_state, output_final_state=output_final_state,
+                        chunk_size=chunk_size, out=out, **kwargs)
+    o = torch.empty(*v.shape, dtype=v.dtype, device=v.device) if out is None else out
+    state = initial_state
+    for t0 in range(0, T, window):
+        t1 = min(t0 + window, T)
+        part = slice(t0, t1)
+        _, state = _forward(q[:, part], k[:, part], v[:, part], g[:, part], beta[:, part], initial_state=state,
+                            output_final_state=output_final_state or t1 < T, chunk_size=chunk_size,
+                            out=o[:, part], **kwargs)
+    return o, state
 
 
 def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final_state=False, cu_seqlens=None,

@@ -1,0 +1,62 @@
+"""triton_forward's window_tokens: one long sequence walked in windows, each window a call from the
+previous one's final state (gdn.ops.triton.forward._windows), against the same calls chained by hand
+(bit for bit) and the float64 reference. Interpreter-sized: windows of a few chunks."""
+import pytest
+import torch
+
+from tests.reference import random_inputs, reference_gdn
+from tests.tolerances import assert_close
+
+pytest.importorskip("triton")
+from gdn.ops.triton import triton_forward  # noqa: E402  (needs triton)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SCALE = 32 ** -0.5
+
+
+def _chained(q, k, v, g, beta, window, initial_state):
+    """The windows' calls made by hand: o concatenated, the last final state."""
+    outs, state = [], initial_state
+    for t0 in range(0, q.shape[1], window):
+        part = slice(t0, t0 + window)
+        o, state = triton_forward(q[:, part], k[:, part], v[:, part], g[:, part], beta[:, part], scale=SCALE,
+                                  initial_state=state, output_final_state=True, use_qk_l2norm=True, chunk_size=16)
+        outs.append(o)
+    return torch.cat(outs, 1), state
+
+
+@pytest.mark.parametrize("T, window", [(100, 32), (96, 32), (40, 48)])
+@pytest.mark.parametrize("h0", [False, True])
+def test_windows_are_the_chained_calls(T, window, h0):
+    q, k, v, g, beta, S0 = random_inputs(1, T, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=h0, seed=5,
+                                         device=DEVICE)
+    o, S = triton_forward(q, k, v, g, beta, scale=SCALE, initial_state=S0, output_final_state=True,
+                          use_qk_l2norm=True, chunk_size=16, window_tokens=window)
+    o_hand, S_hand = _chained(q, k, v, g, beta, window, S0)
+    assert torch.equal(o, o_hand) and torch.equal(S, S_hand)
+    o_ref, S_ref = reference_gdn(*(x.double() for x in (q, k, v, g, beta)),
+                                 initial_state=None if S0 is None else S0.double(), use_qk_l2norm=True)
+    assert_close(o, o_ref, rtol=1e-2, name="o")
+    assert_close(S, S_ref, rtol=2e-3, name="S")
+
+
+def test_windows_write_into_out_and_keep_no_state_unasked():
+    q, k, v, g, beta, _ = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.float32, seed=6, device=DEVICE)
+    out = torch.full_like(v, float("nan"))
+    o, S = triton_forward(q, k, v, g, beta, scale=SCALE, chunk_size=16, window_tokens=32, out=out)
+    assert S is None and o is out and not o.isnan().any()
+    o_ref, _ = reference_gdn(q.double(), k.double(), v.double(), g.double(), beta.double())
+    assert_close(o, o_ref, rtol=1e-3, name="o")
+
+
+def test_windows_refused_where_they_do_not_apply():
+    q, k, v, g, beta, _ = random_inputs(2, 40, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
+    for window in (0, 24, 16.0, True):
+        with pytest.raises(ValueError, match="window_tokens must be a positive multiple of chunk_size"):
+            triton_forward(q[:1], k[:1], v[:1], g[:1], beta[:1], scale=0.25, chunk_size=16, window_tokens=window)
+    with pytest.raises(ValueError, match="B = 2"):
+        triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=16, window_tokens=16)
+    cu = torch.tensor([0, 10, 40], device=DEVICE)
+    with pytest.raises(ValueError, match="and cu_seqlens"):
+        triton_forward(q[:1], k[:1], v[:1], g[:1], beta[:1], scale=0.25, chunk_size=16, window_tokens=16,
+                       cu_seqlens=cu)
