@@ -200,9 +200,10 @@ def correctness() -> None:
     # The Gluon walk where a sequence's last chunk reads the next sequence's rows (its MASK_ROWS).
     check("[gluon walk] bf16 varlen 32k in 7 pieces (one empty)", 1, 32768, torch.bfloat16, cu=cu16, walk="gluon")
     check("[gluon walk] bf16 B8 T4000 (partial chunks)", 8, 4000, torch.bfloat16, walk="gluon")
-    check("bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31])
-    check("bf16 B1 T=2^20 in windows of 2^18, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31],
-          **config("windows 2^18"))
+    check("bf16 B1 T=2^20 (the default: windows of 2^18), heads 0,1,30,31", 1, 1 << 20, torch.bfloat16,
+          heads=[0, 1, 30, 31])
+    check("[no windows] bf16 B1 T=2^20, heads 0,1,30,31", 1, 1 << 20, torch.bfloat16, heads=[0, 1, 30, 31],
+          **config("no windows"))
     check("bf16 B1 T4099 in 16 pieces (WY beside the walk)", 1, 4099, torch.bfloat16, pieces=16)
     check("bf16 B1 T8192 replayed from a CUDA graph", 1, 8192, torch.bfloat16, graph=True)
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk: Gluon's)", 8, 4096, torch.bfloat16, graph=True)
@@ -215,7 +216,11 @@ def correctness() -> None:
     check("bf16 varlen 32k in 2 pieces, 4 value heads, replayed from a CUDA graph", 1, 32768, torch.bfloat16,
           cu=torch.tensor([0, 20000, 32768], device="cuda", dtype=torch.int32), graph=True, dims=(2, 4, K, V))
     check("bf16 B1 T16k replayed from a CUDA graph (Gluon's ordered walk, descriptors made in it)", 1, 16384,
-          torch.bfloat16, graph=True, walk_descriptors="kernel")
+          torch.bfloat16, graph=True, walk_descriptors="kernel", split_walk=False)
+    # The automatic split from 256 chunks on (v62), both gates, without l2norm (the keys' kernel) too.
+    for gates in ("decaying", "long"):
+        check(f"bf16 B1 T16k {gates} (the split from 256 chunks)", 1, 16384, torch.bfloat16, gates=gates)
+    check("bf16 B1 T16k decaying, no l2norm (the split from 256 chunks)", 1, 16384, torch.bfloat16, l2norm=False)
     check("bf16 B8 T4k replayed from a CUDA graph (the wide walk, descriptors made in it)", 8, 4096,
           torch.bfloat16, graph=True, walk_descriptors="kernel")
     # Few value heads at B = 1: one segment (the fp16 walk, flags, automatic split) or segments joined

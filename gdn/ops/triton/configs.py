@@ -184,10 +184,12 @@ CONFIGS = {
     "no split": dict(split_walk=False),
     "auto split": dict(split_walk="auto"),           # the automatic split at any length (from 256 chunks)
     "triton walk": dict(walk="triton"),
-    # v61 (built, not yet timed): one long sequence in windows, each from the previous one's final state,
-    # so that the intermediates scale with the window (triton_forward's window_tokens)
+    # v61-v62: one long sequence in windows, each from the previous one's final state, so that the
+    # intermediates scale with the window (triton_forward's window_tokens; the default since v62:
+    # "auto", windows of at most 2^18 tokens)
     "windows 2^19": dict(window_tokens=2 ** 19),
     "windows 2^18": dict(window_tokens=2 ** 18),
+    "no windows": dict(window_tokens=None),
 }
 
 

@@ -80,10 +80,10 @@ WARMUP_CHUNKS = 24
 # decaying gates, whose warm-ups forget by ~2^-55), so a chosen head almost never waits; a head that
 # is not chosen walks in order beside the WY pass (the default's walk), as fast as without the split.
 FORGET_LOG2 = -44.0
-# From 512 chunks on (32k tokens at chunk size 64): there the split's ~0.8 ms of host a call stays
-# below its ~1.0 ms of GPU on the H200 machine, and the call is 9-18% faster with decaying gates
-# and 1-2% slower with long memory (NOTES.md v26-v27); at 256 chunks it was 8% slower (decaying).
-AUTO_MIN_CHUNKS = 512
+# From 256 chunks on (16k tokens at chunk size 64; 512 from v27 to v61): on an H100 (NOTES.md v62) at
+# 256 chunks the call was 26-30% faster with decaying gates, eager and replayed, and 2-4.5% slower with
+# long memory; at 512, 32% faster and 0-2% slower. (v27, an H200: 256 chunks 8% slower, decaying.)
+AUTO_MIN_CHUNKS = 256
 # The posterior check's segment 0 is longer by this many warm-ups: a warm-up chunk (no outputs) took
 # ~2.3 us against ~3.05 us for a chunk with outputs (walk_t_kernel at two programs an SM, NOTES.md v29),
 # so segment 0's extra chunks take about the time of the others' warm-ups.
@@ -281,28 +281,27 @@ def forgets(g, beta, base, o_h, m_h, T, P, L, W, L0, forget_ln, HV: tl.constexpr
 @triton.jit
 def _keys_grow_kernel(k, beta, keys_grow, T, L, W, L0, NHV, H: tl.constexpr, HV: tl.constexpr,
                       K: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, TB: tl.constexpr, GP: tl.constexpr):
-    """keys_grow [P - 1, N x HV] int32: 1 where a token of segment p's warm-up (p = 1 .. P - 1, as
-    forgets') has beta |k|^2 above 2, so that its map e^g (I - beta k k^T) may grow the state (keys
-    not l2-normalised), else 0. One program a sequence, q/k head and segment, grid (N x H, P - 1):
-    each key's squared norm once, against the betas of the value heads that read it ([TB, GP] tiles,
-    GP the group's HV / H padded to a power of two)."""
-    i_nh, i_p = tl.program_id(0), tl.program_id(1)
+    """keys_grow [P - 1, N x HV] int32, zeros on entry: set to 1 where a token of segment p's warm-up
+    (p = 1 .. P - 1, as forgets') has beta |k|^2 above 2, so that its map e^g (I - beta k k^T) may
+    grow the state (keys not l2-normalised). One program a sequence, q/k head, segment and block of
+    TB tokens, grid (N x H, P - 1, blocks): the warm-ups' keys in one round of loads, since the
+    ordered walk starts after this kernel (one program a warm-up read its blocks in turn). Each key's
+    squared norm once, against the betas of the value heads that read it ([TB, GP] tiles, GP the
+    group's HV / H padded to a power of two); a block with no such token writes nothing."""
+    i_nh, i_p, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     i_n, i_h = i_nh // H, i_nh % H
     G: tl.constexpr = HV // H
     first, end = warmup_tokens(i_p + 1, L, W, L0, BT)
-    o_t, o_k, o_g = tl.arange(0, TB), tl.arange(0, BK), tl.arange(0, GP)
-    m_g = o_g < G
-    grow = tl.zeros([GP], tl.int32)
-    for t0 in range(first, end, TB):
-        rows = i_n.to(tl.int64) * T + t0 + o_t
-        m_t = (t0 + o_t) < end
-        b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
-                      other=0.0).to(tl.float32)
-        b_n = tl.sum(b_k * b_k, axis=1)
-        b_beta = tl.load(beta + rows[:, None] * HV + i_h * G + o_g[None, :], mask=m_t[:, None] & m_g[None, :],
-                         other=0.0)
-        grow |= tl.max((b_beta * b_n[:, None] > 2.0).to(tl.int32), axis=0)
-    tl.store(keys_grow + i_p * NHV + i_n * HV + i_h * G + o_g, grow, mask=m_g)
+    o_t, o_k, o_g = first + i_b * TB + tl.arange(0, TB), tl.arange(0, BK), tl.arange(0, GP)
+    m_t, m_g = o_t < end, o_g < G
+    rows = i_n.to(tl.int64) * T + o_t
+    b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
+                  other=0.0).to(tl.float32)
+    b_n = tl.sum(b_k * b_k, axis=1)
+    b_beta = tl.load(beta + rows[:, None] * HV + i_h * G + o_g[None, :], mask=m_t[:, None] & m_g[None, :],
+                     other=0.0)
+    grow = tl.max((b_beta * b_n[:, None] > 2.0).to(tl.int32), axis=0)
+    tl.atomic_or(keys_grow + i_p * NHV + i_n * HV + i_h * G + o_g, grow, mask=m_g & (grow != 0))
 
 
 @triton.jit
@@ -321,7 +320,7 @@ def _forgetting_kernel(g, beta, heads, keys_grow, T, P, L, W, L0, forget_ln, NHV
 
 def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: int, W: int = WARMUP_CHUNKS,
                      L0: int | None = None, forget_log2: float = FORGET_LOG2,
-                     k: torch.Tensor | None = None) -> torch.Tensor:
+                     k: torch.Tensor | None = None, keys_block: int = 128) -> torch.Tensor:
     """Which heads the automatic split walks in segments: [B x HV] int32, 1 where every segment
     p >= 1's warm-up (the W chunks before s_p = L0 + (p - 1) L, fewer at the sequence's start; L0
     None: L) forgets, its summed log-decay at most forget_log2 ln 2, with its betas in [0, 2], else
@@ -334,7 +333,7 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     certify: Split.trusted). k [B, T, H, K] (bf16 or fp16, contiguous): the keys as the walk reads
     them, for calls without l2norm, whose maps shrink only where beta |k|^2 <= 2: a head with a
     warm-up token past that is not chosen (one more small kernel, _keys_grow_kernel, over the
-    warm-ups' keys)."""
+    warm-ups' keys, keys_block tokens a program: a warm-up of 24 chunks in 12 programs)."""
     B, T, HV = g.shape
     L0 = L if L0 is None else L0
     heads = torch.empty(B * HV, dtype=torch.int32, device=g.device)
@@ -343,9 +342,10 @@ def forgetting_heads(g: torch.Tensor, beta: torch.Tensor, BT: int, P: int, L: in
     keys_grow = heads
     if k is not None and P > 1:
         H, K = k.shape[2], k.shape[3]
-        keys_grow = torch.empty(P - 1, B * HV, dtype=torch.int32, device=g.device)
-        launch(_keys_grow_kernel, (B * H, P - 1), k, beta, keys_grow, T, L, W, L0, B * HV, H=H, HV=HV, K=K,
-               BK=next_pow2(K), BT=BT, TB=128, GP=next_pow2(HV // H), num_warps=8)
+        TB = next_pow2(min(keys_block, W * BT))
+        keys_grow = torch.zeros(P - 1, B * HV, dtype=torch.int32, device=g.device)
+        launch(_keys_grow_kernel, (B * H, P - 1, cdiv(W * BT, TB)), k, beta, keys_grow, T, L, W, L0, B * HV, H=H,
+               HV=HV, K=K, BK=next_pow2(K), BT=BT, TB=TB, GP=next_pow2(HV // H), num_warps=8)
     launch(_forgetting_kernel, (B, cdiv(HV, HB)), g, beta, heads, keys_grow, T, P, L, W, L0, forget_ln, B * HV,
            HV=HV, BT=BT, HB=HB, BLOCK=block, KEYS=k is not None, num_warps=8)
     return heads

@@ -213,28 +213,31 @@ def test_forgetting_heads_choose_the_heads_that_forget():
     assert split_walk.forgetting_heads(zeros, zeros, BT, 3, 1, 4).cpu().tolist() == [1, 1]
 
 
-def test_forgetting_heads_with_keys_that_are_not_normalised():
+@pytest.mark.parametrize("keys_block", [128, 4])
+def test_forgetting_heads_with_keys_that_are_not_normalised(keys_block):
     """Without l2norm (forgetting_heads given the keys), a head whose warm-up holds a token with
     beta |k|^2 above 2 is not chosen (its map may grow the state), keys of any norm elsewhere do not
     matter, and a key read by two value heads counts against each by its own beta; unit keys choose
-    what no keys do. Against the reference, for segments of equal length and the posterior check's."""
+    what no keys do. Against the reference, for segments of equal length and the posterior check's;
+    with each warm-up's keys in one program, and in four (_keys_grow_kernel's blocks of 4 tokens)."""
     P, L, W, H, K = 4, 4, 2, 2, 16
     T = P * L * BT
     g = torch.full((2, T, 4), -2.0)
     beta = torch.full((2, T, 4), 0.5)
     k = torch.nn.functional.normalize(torch.randn(2, T, H, K), dim=-1)
     on = lambda x: x.to(DEVICE)
-    assert split_walk.forgetting_heads(on(g), on(beta), BT, P, L, W, k=on(k.bfloat16())).tolist() == [1] * 8
+    heads = lambda *args, keys: split_walk.forgetting_heads(on(g), on(beta), BT, *args, k=on(keys),
+                                                            keys_block=keys_block).cpu().tolist()
+    assert heads(P, L, W, keys=k.bfloat16()) == [1] * 8
     k[0, 2 * L * BT - 5, 0] *= 2.5              # in segment 2's warm-up: beta |k|^2 = 3.1 for heads 0 and 1
     beta[0, 2 * L * BT - 5, 1] = 0.3            # ... 1.9 for head 1
     k[1, 2 * L * BT - 3 * BT, 1] *= 10.0        # before that warm-up: read by none
     k[1, 3 * L * BT - 1, 1] *= 1.5              # segment 3's warm-up's last token, heads 2 and 3: 1.125
     for L0, forget in ((None, split_walk.FORGET_LOG2), (6, float("inf"))):
         P_ = P if L0 is None else 3
-        heads = split_walk.forgetting_heads(on(g), on(beta), BT, P_, L, W, L0, forget, k=on(k.bfloat16())).cpu()
-        assert heads.tolist() == _forgetting_reference(g, beta, P_, L, W, L0, forget, k=k.bfloat16()).tolist()
-    heads = split_walk.forgetting_heads(on(g), on(beta), BT, P, L, W, k=on(k.bfloat16()))
-    assert heads.tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
+        expected = _forgetting_reference(g, beta, P_, L, W, L0, forget, k=k.bfloat16())
+        assert heads(P_, L, W, L0, forget, keys=k.bfloat16()) == expected.tolist()
+    assert heads(P, L, W, keys=k.bfloat16()) == [0, 1, 1, 1, 1, 1, 1, 1]
 
 
 @pytest.mark.skipif(not triton_interpreting(), reason="runs the recorded WY launch in Triton's interpreter on CPU "
@@ -259,6 +262,7 @@ def test_wy_pass_marks_the_split_heads(monkeypatch, wy_heads):
     monkeypatch.setattr(planning, "num_sms", lambda device: 132)           # an H200's: the walk beside the WY pass
     seen = []
     for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
+                         (forward, "_chunk_fwd_kernel"),
                          (split_walk, "_forgetting_kernel")):
         spy_launches(monkeypatch, name, lambda grid, args, kw, name=name: seen.append((name, grid, args, kw)),
                      run=False, module=module)
@@ -372,6 +376,7 @@ def _record_walks(monkeypatch, T, l2norm=True, **kw):
     monkeypatch.setattr(planning, "_tma_ready", lambda *tensors: True)     # as torch allocates them on sm_90
     seen = []
     for module, name in ((forward, "wy_kernel"), (walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel"),
+                         (forward, "_chunk_fwd_kernel"),
                          (split_walk, "_forgetting_kernel"), (split_walk, "_keys_grow_kernel"),
                          (split_walk, "_chunk_growth_kernel"),
                          (split_walk, "_segment_bounds_kernel")):
@@ -419,10 +424,13 @@ def test_automatic_split_routing(monkeypatch):
     for chunks, launches in ((split_walk.ONE_LAUNCH_BELOW - 1, [5]), (split_walk.ONE_LAUNCH_BELOW, [3, 4])):
         longer = _record_walks(monkeypatch, chunks * 64)
         assert [kw["SPLIT"] for name, kw in longer if name == "walk_t_kernel"] == launches, chunks
-    for shorter in (_record_walks(monkeypatch, T - 64), _record_walks(monkeypatch, T, split_walk=False),
-                    _record_walks(monkeypatch, T, split_walk=0)):                 # 0: as False
-        assert names(shorter) == ["wy_kernel", "walk_gluon_kernel"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
-    assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == names(one)      # "auto": any length
+    for unsplit in (_record_walks(monkeypatch, T, split_walk=False), _record_walks(monkeypatch, T, split_walk=0)):
+        assert names(unsplit) == ["wy_kernel", "walk_gluon_kernel"] and not dict(unsplit)["walk_gluon_kernel"]["SKIP"]
+    # Shorter sequences take the Triton walk (the Gluon one from 256 chunks: plan_forward's walk), unsplit;
+    # "auto" splits wherever the Gluon walk runs.
+    assert names(_record_walks(monkeypatch, T - 64)) == ["wy_kernel", "_chunk_fwd_kernel"]
+    assert names(_record_walks(monkeypatch, T - 64, split_walk="auto")) == ["wy_kernel", "_chunk_fwd_kernel"]
+    assert names(_record_walks(monkeypatch, T // 2, split_walk="auto", walk="gluon")) == names(one)
     unnormalised = _record_walks(monkeypatch, T, l2norm=False)
     assert names(unnormalised) == ["wy_kernel", "_keys_grow_kernel", "_forgetting_kernel", "walk_gluon_kernel",
                                    "walk_t_kernel"]
@@ -437,8 +445,8 @@ def test_automatic_split_routing_under_graph_capture(monkeypatch):
     """While a CUDA graph is being captured no walk waits on the WY pass's counts (a graph may start
     two streams' kernels in either order): the WY pass without them, then the heads' choice, the
     ordered walk skipping the chosen heads at once (SKIP 1) and the chosen heads' segments, both
-    after it. Without the split (shorter sequences, packed ones), the Gluon walk alone after the WY
-    pass."""
+    after it. Without the split (split_walk=False, packed sequences), the Gluon walk alone after the
+    WY pass."""
     import gdn.ops.triton.plan as planning
     monkeypatch.setattr(planning, "stream_capturing", lambda q: True)
     T = split_walk.AUTO_MIN_CHUNKS * 64
@@ -447,9 +455,9 @@ def test_automatic_split_routing_under_graph_capture(monkeypatch):
     kws = dict(captured)
     assert not kws["wy_kernel"]["SIGNAL"] and kws["walk_gluon_kernel"]["SKIP"] == 1
     assert not kws["walk_gluon_kernel"]["WAIT"] and kws["walk_t_kernel"]["CHOSEN"]
-    shorter = _record_walks(monkeypatch, T - 64)
-    assert [name for name, _ in shorter] == ["wy_kernel", "walk_gluon_kernel"]
-    assert not dict(shorter)["walk_gluon_kernel"]["WAIT"] and not dict(shorter)["walk_gluon_kernel"]["SKIP"]
+    unsplit = _record_walks(monkeypatch, T, split_walk=False)
+    assert [name for name, _ in unsplit] == ["wy_kernel", "walk_gluon_kernel"]
+    assert not dict(unsplit)["walk_gluon_kernel"]["WAIT"] and not dict(unsplit)["walk_gluon_kernel"]["SKIP"]
     monkeypatch.setattr(planning, "num_sms", lambda device: 132)         # (two sequences' walk programs: flags fit)
     packed = _record_walks(monkeypatch, T, cu_seqlens=torch.empty(3, dtype=torch.int32, device="meta"))
     assert [name for name, _ in packed] == ["wy_kernel", "walk_gluon_kernel"]       # (the split is a dense one's)

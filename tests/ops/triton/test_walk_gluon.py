@@ -238,10 +238,11 @@ def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
     assert walks(8, 4000) == [("walk_t_kernel", 0, False, descriptors, 8 * 4000)]
     cu = torch.empty(65, dtype=torch.int32, device="meta")
     assert walks(1, 4096, cu_seqlens=cu, walk_descriptors="kernel") == [("walk_t_kernel", 0, True, tensors, 4096)]
-    assert walks(1, 16384, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 16384)]
+    assert walks(1, 16384, walk_descriptors="kernel", split_walk=False) == [
+        ("walk_gluon_kernel", 0, True, tensors[:5], 16384)]
     assert walks(1, 32768, walk_descriptors="kernel") == [("walk_gluon_kernel", 0, True, tensors[:5], 32768),
                                                           ("walk_t_kernel", 5, False, descriptors, 32768)]
-    assert walks(1, 16384) == [("walk_gluon_kernel", 0, False, descriptors[:5], 16384)]
+    assert walks(1, 16384, split_walk=False) == [("walk_gluon_kernel", 0, False, descriptors[:5], 16384)]
 
 
 def test_gluon_walk_is_the_wide_default(monkeypatch):
@@ -299,7 +300,7 @@ def test_gluon_walk_is_the_wide_default(monkeypatch):
     assert walk(8, 4096) == [("gluon_t", (2 * 8 * 32,))]
     assert walk(8, 4096, walk="gluon") == [("gluon", (2 * 8 * 32,))]    # walk_gluon's, asked for
     signals.clear()
-    assert walk(1, 16384) == [("gluon", (4 * 32,))]                 # beside the WY pass: its counts
+    assert walk(1, 16384, split_walk=False) == [("gluon", (4 * 32,))]   # beside the WY pass: its counts
     # (from split_walk.AUTO_MIN_CHUNKS chunks on the default adds the automatic split: test_split_walk.py)
     assert walk(1, 65536, split_walk=False) == [("gluon", (4 * 32,))]
     assert walk(1, 8192, walk="gluon", pieces=4) == [("gluon", (4 * 32,))]

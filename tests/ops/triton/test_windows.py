@@ -1,6 +1,7 @@
 """triton_forward's window_tokens: one long sequence walked in windows, each window a call from the
 previous one's final state (gdn.ops.triton.forward._windows), against the same calls chained by hand
-(bit for bit) and the float64 reference. Interpreter-sized: windows of a few chunks."""
+(bit for bit) and the float64 reference; "auto" (the default) against the windows it chooses.
+Interpreter-sized: windows of a few chunks."""
 import pytest
 import torch
 
@@ -8,7 +9,7 @@ from tests.reference import random_inputs, reference_gdn
 from tests.tolerances import assert_close
 
 pytest.importorskip("triton")
-from gdn.ops.triton import triton_forward  # noqa: E402  (needs triton)
+from gdn.ops.triton import forward, triton_forward  # noqa: E402  (needs triton)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SCALE = 32 ** -0.5
@@ -40,6 +41,38 @@ def test_windows_are_the_chained_calls(T, window, h0):
     assert_close(S, S_ref, rtol=2e-3, name="S")
 
 
+def test_auto_window_sizes(monkeypatch):
+    """The fewest equal windows of at most AUTO_WINDOW_TOKENS, rounded up to the chunk size; one call
+    for shorter sequences, batches and packed ones."""
+    assert forward.AUTO_WINDOW_TOKENS == 2 ** 18
+    assert forward.auto_window(1, 2 ** 20, None, 64) == 2 ** 18
+    assert forward.auto_window(1, 2 ** 18 + 1, None, 64) == 2 ** 17 + 64          # two windows, not 2^18 + 1 token
+    assert forward.auto_window(1, 3 * 2 ** 18 - 5, None, 16) == 2 ** 18
+    for B, T, cu in ((1, 2 ** 18, None), (2, 2 ** 20, None), (1, 2 ** 20, torch.tensor([0, 2 ** 20]))):
+        assert forward.auto_window(B, T, cu, 64) is None
+
+
+@pytest.mark.parametrize("B, T", [(1, 150), (1, 64), (2, 150)])
+def test_auto_windows_are_the_chosen_windows(monkeypatch, B, T):
+    """window_tokens="auto" (the default) makes the calls of the window auto_window chooses (T = 150
+    past a limit of 64 tokens: windows of 64, 64 and 22 tokens), or one, and is bit for bit the call
+    with that window_tokens."""
+    monkeypatch.setattr(forward, "AUTO_WINDOW_TOKENS", 64)
+    lengths, one_call = [], forward._forward
+    monkeypatch.setattr(forward, "_forward",
+                        lambda q, *args, **kw: lengths.append(q.shape[1]) or one_call(q, *args, **kw))
+    q, k, v, g, beta, S0 = random_inputs(B, T, 2, 4, 32, 32, dtype=torch.bfloat16, initial_state=True, seed=7,
+                                         device=DEVICE)
+    call = lambda **kw: triton_forward(q, k, v, g, beta, scale=SCALE, initial_state=S0, output_final_state=True,
+                                       use_qk_l2norm=True, chunk_size=16, **kw)
+    window = forward.auto_window(B, T, None, 16)
+    assert window == (64 if (B, T) == (1, 150) else None)
+    o, S = call()
+    assert lengths == ([64, 64, 22] if window else [T])
+    o_chosen, S_chosen = call(window_tokens=window)
+    assert torch.equal(o, o_chosen) and torch.equal(S, S_chosen)
+
+
 def test_windows_write_into_out_and_keep_no_state_unasked():
     q, k, v, g, beta, _ = random_inputs(1, 70, 1, 2, 32, 32, dtype=torch.float32, seed=6, device=DEVICE)
     out = torch.full_like(v, float("nan"))
@@ -51,8 +84,8 @@ def test_windows_write_into_out_and_keep_no_state_unasked():
 
 def test_windows_refused_where_they_do_not_apply():
     q, k, v, g, beta, _ = random_inputs(2, 40, 1, 1, 16, 16, dtype=torch.float32, device=DEVICE)
-    for window in (0, 24, 16.0, True):
-        with pytest.raises(ValueError, match="window_tokens must be a positive multiple of chunk_size"):
+    for window in (0, 24, 16.0, True, "on"):
+        with pytest.raises(ValueError, match="window_tokens must be 'auto', None or a positive multiple of chunk"):
             triton_forward(q[:1], k[:1], v[:1], g[:1], beta[:1], scale=0.25, chunk_size=16, window_tokens=window)
     with pytest.raises(ValueError, match="B = 2"):
         triton_forward(q, k, v, g, beta, scale=0.25, chunk_size=16, window_tokens=16)
