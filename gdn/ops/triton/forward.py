@@ -89,8 +89,9 @@ def auto_window(B: int, T: int, cu_seqlens, chunk_size: int) -> int | None:
     """window_tokens="auto"'s window for a call of B sequences of T tokens: None (one call) unless one
     dense sequence is longer than AUTO_WINDOW_TOKENS, else the fewest equal windows of at most that
     many tokens, rounded up to a multiple of chunk_size."""
-    if B != 1 or cu_seqlens is not None or T <= AUTO_WINDOW_TOKENS or not (isinstance(chunk_size, int) and
-                                                                           chunk_size > 0):
+    if B != 1 or cu_seqlens is not None or T <= AUTO_WINDOW_TOKENS:
+        return None
+    if not (isinstance(chunk_size, int) and chunk_size > 0):
         return None                     # (a bad chunk_size: plan_forward names it)
     windows = cdiv(T, AUTO_WINDOW_TOKENS)
     return cdiv(cdiv(T, windows), chunk_size) * chunk_size
