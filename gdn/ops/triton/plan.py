@@ -23,8 +23,8 @@ import triton.language as tl
 
 from ..common import triton_interpreting
 from . import split_walk as splits
-from .schedule import (cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major, next_pow2, num_sms,
-                       walks_one_segment)
+from .schedule import (MAPS_SPLIT_CHUNKS, cdiv, choose_flag_group, choose_pieces, choose_segments, cuda_major,
+                       next_pow2, num_sms, walks_one_segment)
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 MAPS = "f16"             # the segment maps' operands by default (plan_forward's maps; v57)
@@ -199,7 +199,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     The knobs (triton_forward's keywords; benchmarks and tests): ``num_segments`` forces the
     per-sequence split into segments joined by their affine maps (dense batches only; default one
     segment wherever the fp16 walk can run and schedule.walks_one_segment says so (v57: from 16
-    sequences x value heads, and from split_walk.AUTO_MIN_CHUNKS chunks where heads^2 x chunks passes
+    sequences x value heads, and from schedule.MAPS_SPLIT_CHUNKS chunks where heads^2 x chunks passes
     schedule.MAPS_BUDGET; fp16 inputs always), else chosen from the SM count and ``programs_per_sm``,
     the state-walk programs one SM holds: default 1 with ``walk_stages`` > 1, whose shared memory
     fills an SM, else 2); ``inverse`` how the in-chunk triangular inverse is formed (one of INVERSES:
@@ -479,7 +479,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     # Where the fp16 walk can run, one segment unless so few sequences x value heads share the GPU
     # that segments joined by maps on its operands lose less (schedule.walks_one_segment).
     f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
-    one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, splits.AUTO_MIN_CHUNKS)
+    one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, MAPS_SPLIT_CHUNKS)
     # The walk folds K x K maps (two bf16 parts, or fp32 tiles) in registers and shared memory: past
     # K = 128 they do not fit an SM (at K = 256 the fold alone asks 573 KB of shared memory).
     if num_segments is not None and num_segments > 1 and K > 128:

@@ -56,10 +56,14 @@ def choose_segments(programs: int, num_chunks: int, num_sms: int, programs_per_s
 
 
 # Dense bf16 calls of few sequences x value heads take the segment maps on fp16 operands (maps="f16")
-# rather than one segment (benchmarks/NOTES.md v57): below the automatic split's least chunk count
-# under MAPS_HEADS heads; from it while heads^2 x chunks stays within MAPS_BUDGET.
+# rather than one segment (benchmarks/NOTES.md v57): below MAPS_SPLIT_CHUNKS chunks under MAPS_HEADS
+# heads; from it while heads^2 x chunks stays within MAPS_BUDGET. MAPS_SPLIT_CHUNKS is the automatic
+# split's least chunk count when v56-v57 measured the rule; the split starts at 256 since v62, where
+# 9-15 heads were not timed (and calls the split does not take, K = 64 or V not a multiple of 64,
+# would walk in order), so the rule keeps 512.
 MAPS_HEADS = 16
 MAPS_BUDGET = 8 * 8 * 512
+MAPS_SPLIT_CHUNKS = 512
 
 
 def walks_one_segment(heads: int, num_chunks: int, split_min_chunks: int) -> bool:

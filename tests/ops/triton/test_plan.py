@@ -8,7 +8,7 @@ pytest.importorskip("triton")
 
 import gdn.ops.triton.plan as planning  # noqa: E402
 from gdn.ops.triton.plan import plan_forward  # noqa: E402
-from gdn.ops.triton import split_walk as splits  # noqa: E402
+from gdn.ops.triton.schedule import MAPS_SPLIT_CHUNKS  # noqa: E402
 
 
 def tensors(B, T, H=16, HV=32, K=128, V=128, dtype=torch.bfloat16):
@@ -50,13 +50,15 @@ def test_few_value_heads_walk_one_segment_or_the_maps(h200):
     sequence into segments joined by maps on fp16 operands below 16 sequences x value heads on
     sequences the automatic split does not cut, and from its chunk count while heads^2 x chunks stays
     within schedule.MAPS_BUDGET (v57); one segment (the fp16 walk, the automatic split) elsewhere. The
-    maps on bf16 parts where asked for; fp32 inputs (no fp16 walk) take segments on theirs, fp16
-    inputs one segment."""
-    one_chunk_short = (splits.AUTO_MIN_CHUNKS - 1) * 64
+    rule counts from schedule.MAPS_SPLIT_CHUNKS (512), not from the split's 256 of v62: 12 value heads
+    at 384 chunks keep the maps. The maps on bf16 parts where asked for; fp32 inputs (no fp16 walk)
+    take segments on theirs, fp16 inputs one segment."""
+    one_chunk_short = (MAPS_SPLIT_CHUNKS - 1) * 64
     for B, H, HV, T, walks_one in ((1, 8, 16, 32768, True), (1, 8, 16, 8192, True), (1, 4, 8, 65536, True),
                                    (1, 2, 4, 262144, True), (1, 4, 8, 32768, False), (1, 4, 8, 8192, False),
                                    (1, 2, 4, 32768, False), (2, 1, 2, 32768, False), (1, 2, 4, one_chunk_short, False),
-                                   (1, 1, 2, 32768, False), (1, 1, 2, 131072, False), (3, 1, 1, 8192, False)):
+                                   (1, 1, 2, 32768, False), (1, 1, 2, 131072, False), (3, 1, 1, 8192, False),
+                                   (1, 6, 12, 384 * 64, False)):
         q, v = tensors(B, T, H=H, HV=HV)
         plan = plan_forward(q, v, None, scale=128 ** -0.5, use_qk_l2norm=True)
         if walks_one:
