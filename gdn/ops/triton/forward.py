@@ -33,6 +33,8 @@ How the work is cut (segments, pieces) and placed on streams: gdn.ops.triton.sch
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from . import plan as planning          # (the device probes: replaced there by tests and compile_report)
@@ -64,50 +66,60 @@ def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
     of its own from the previous one's final state, o written in place, so that the intermediates
     (the fp16 copies of q and k, T diag(beta), P and the decays: ~16 GiB at T = 2^20 with 32 value
     heads of 128) scale with the window, not the sequence. "auto" (the default): past
-    AUTO_WINDOW_TOKENS tokens, the fewest windows of at most that many, of equal length (rounded up
-    to chunk_size; other calls: one); an int: windows of that many tokens (a multiple of chunk_size),
-    the last one shorter; None: one call. On an H100 (benchmarks/NOTES.md v62) B1 x T = 2^20 with 32
+    AUTO_WINDOW_TOKENS x AUTO_WINDOW_HEADS / HV tokens (2^18 at 32 value heads), the fewest windows of
+    at most that many, of equal length (rounded up to chunk_size; other calls: one); an int: windows
+    of that many tokens (a multiple of chunk_size), the last one shorter; None: one call. On an H100 (benchmarks/NOTES.md v62) B1 x T = 2^20 with 32
     value heads took 24.14 ms in one call and 24.11 in four windows, its peak memory 24.1 -> 12.0
     GiB. The results move in their last bits against the call without windows (other segment
     boundaries)."""
     with direct_launches(direct_launch):
         window = kwargs.pop("window_tokens", "auto")
         if isinstance(window, str) and window == "auto":
-            window = auto_window(q.shape[0], q.shape[1], kwargs.get("cu_seqlens"), kwargs.get("chunk_size", 64))
+            window = auto_window(q.shape[0], q.shape[1], v.shape[2], kwargs.get("cu_seqlens"),
+                                 kwargs.get("chunk_size", 64))
         if window is not None:
             return _windows(q, k, v, g, beta, window, **kwargs)
         return _forward(q, k, v, g, beta, **kwargs)
 
 
-# window_tokens="auto": windows of at most 2^18 tokens (a quarter of the 2^20 that the issue asks
-# for), where the intermediates (~4 GiB at 32 value heads of 128) match FlashQLA's at 2^20 and the
-# time did not move (v62). Each window costs a call's host time (~0.6 ms), hidden behind ~6 ms of GPU.
+# window_tokens="auto": windows of at most 2^18 tokens at 32 value heads (a quarter of the 2^20 that
+# the issue asks for), where the intermediates (~4 GiB at heads of 128) match FlashQLA's at 2^20 and
+# the time did not move (v62). Each window costs a call's host time (~0.6 ms), hidden behind ~6 ms of
+# GPU. The intermediates grow with tokens x value heads, so the limit is on that product: fewer heads
+# take longer windows (2 heads: one call up to 2^22 tokens). That also keeps a window's plan the whole
+# sequence's where it depends on the chunk count (schedule.walks_one_segment: one segment rather than
+# maps from heads^2 x chunks > MAPS_BUDGET, which any window of at least half the limit exceeds).
 AUTO_WINDOW_TOKENS = 2 ** 18
+AUTO_WINDOW_HEADS = 32
 
 
-def auto_window(B: int, T: int, cu_seqlens, chunk_size: int) -> int | None:
-    """window_tokens="auto"'s window for a call of B sequences of T tokens: None (one call) unless one
-    dense sequence is longer than AUTO_WINDOW_TOKENS, else the fewest equal windows of at most that
-    many tokens, rounded up to a multiple of chunk_size."""
-    if B != 1 or cu_seqlens is not None or T <= AUTO_WINDOW_TOKENS:
+def auto_window(B: int, T: int, HV: int, cu_seqlens, chunk_size: int) -> int | None:
+    """window_tokens="auto"'s window for a call of B sequences of T tokens and HV value heads: None
+    (one call) unless one dense sequence is longer than AUTO_WINDOW_TOKENS x AUTO_WINDOW_HEADS / HV
+    tokens, else the fewest equal windows of at most that many tokens, rounded up to a multiple of
+    chunk_size."""
+    limit = max(AUTO_WINDOW_TOKENS * AUTO_WINDOW_HEADS // max(HV, 1), 1)
+    if B != 1 or cu_seqlens is not None or T <= limit:
         return None
     if not (isinstance(chunk_size, int) and chunk_size > 0):
         return None                     # (a bad chunk_size: plan_forward names it)
-    windows = cdiv(T, AUTO_WINDOW_TOKENS)
+    windows = cdiv(T, limit)
     return cdiv(cdiv(T, windows), chunk_size) * chunk_size
 
 
 def _windows(q, k, v, g, beta, window, *, initial_state=None, output_final_state=False, cu_seqlens=None,
              chunk_size=64, out=None, **kwargs):
     """triton_forward's call in windows of ``window`` tokens (its docstring); a sequence no longer than
-    one window is one call."""
-    if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % chunk_size:
+    one window is one call. The split's diagnostics (split_walk.last_heads, last_outcome) are then the
+    last window's."""
+    planning.check_chunk_size(chunk_size)
+    if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window <= 0 or window % chunk_size:
         raise ValueError(f"window_tokens must be 'auto', None or a positive multiple of chunk_size ({chunk_size}), "
                          f"got {window!r}")
     if cu_seqlens is not None or q.shape[0] != 1:
         raise ValueError(f"window_tokens cuts one dense sequence (B = 1, no cu_seqlens), got B = {q.shape[0]}"
                          f"{' and cu_seqlens' if cu_seqlens is not None else ''}")
-    T = q.shape[1]
+    T, window = q.shape[1], int(window)
     if T <= window:
         return _forward(q, k, v, g, beta, initial_state=initial_state, output_final_state=output_final_state,
                         chunk_size=chunk_size, out=out, **kwargs)

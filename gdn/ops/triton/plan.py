@@ -181,6 +181,13 @@ def planned(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, **knobs) -
     return plan
 
 
+def check_chunk_size(chunk_size) -> None:
+    """The Triton forward's chunk sizes, or an error that names the argument."""
+    if isinstance(chunk_size, bool) or chunk_size not in (16, 32, 64):
+        raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size!r} (128 needs more "
+                         f"shared memory than an SM has; backend='chunk' takes any power of two)")
+
+
 def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_segments=None,
                  fast_dots=False, precision=None, wy_dtype=torch.float32, inverse=None, wy_split=None,
                  state_split=2, block_v=None, walk_stages=None, programs_per_sm=None, num_warps=4,
@@ -386,9 +393,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"decays_layout must be None, 'tokens' or 'heads', got {decays_layout!r}")
     if walk not in (None, "triton", "gluon", "gluon_t"):
         raise ValueError(f"walk must be None, 'triton', 'gluon' or 'gluon_t', got {walk!r}")
-    if chunk_size not in (16, 32, 64):
-        raise ValueError(f"backend='triton' supports chunk_size 16, 32 or 64, got {chunk_size} (128 needs more "
-                         f"shared memory than an SM has; backend='chunk' takes any power of two)")
+    check_chunk_size(chunk_size)
     # The split paths (bf16 inputs only; fp16 parts would underflow, fp32 inputs are not bf16 values).
     # On an H200 3 state parts gave wrong results, though right in the interpreter (NOTES.md, v3).
     if state_split not in (0, 2):
