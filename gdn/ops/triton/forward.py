@@ -68,9 +68,9 @@ def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
     heads of 128) scale with the window, not the sequence. "auto" (the default): past
     AUTO_WINDOW_TOKENS x AUTO_WINDOW_HEADS / HV tokens (2^18 at 32 value heads), the fewest windows of
     at most that many, of equal length (rounded up to chunk_size; other calls: one); an int: windows
-    of that many tokens (a multiple of chunk_size), the last one shorter; None: one call. On an H100 (benchmarks/NOTES.md v62) B1 x T = 2^20 with 32
-    value heads took 24.14 ms in one call and 24.11 in four windows, its peak memory 24.1 -> 12.0
-    GiB. The results move in their last bits against the call without windows (other segment
+    of that many tokens (a multiple of chunk_size), the last one shorter; None: one call. On an H100
+    (benchmarks/NOTES.md v62) B1 x T = 2^20 with 32 value heads took 24.14 ms in one call and 24.11
+    in four windows, its peak memory 24.1 -> 12.0 GiB. The results move in their last bits against the call without windows (other segment
     boundaries)."""
     with direct_launches(direct_launch):
         window = kwargs.pop("window_tokens", "auto")
@@ -98,7 +98,7 @@ def auto_window(B: int, T: int, HV: int, cu_seqlens, chunk_size: int) -> int | N
     (one call) unless one dense sequence is longer than AUTO_WINDOW_TOKENS x AUTO_WINDOW_HEADS / HV
     tokens, else the fewest equal windows of at most that many tokens, rounded up to a multiple of
     chunk_size."""
-    limit = max(AUTO_WINDOW_TOKENS * AUTO_WINDOW_HEADS // max(HV, 1), 1)
+    limit = AUTO_WINDOW_TOKENS * AUTO_WINDOW_HEADS // max(HV, 1)
     if B != 1 or cu_seqlens is not None or T <= limit:
         return None
     if not (isinstance(chunk_size, int) and chunk_size > 0):
