@@ -8,7 +8,8 @@
 #   each in its own process, its whole output kept in $OUT/<section>.log (<section>-$TAG.log when
 #   TAG is set, so that a second run of a section keeps the first one's log) and printed; "pytest"
 #   among them runs the test files in $GDN_PYTEST (default tests/ops/triton) on the GPU the same way
-#   (stopped at SECTION_TIMEOUT by SIGINT, so that pytest still prints the failures it has; a test
+#   (stopped at SECTION_TIMEOUT by SIGINT; verbose, one line a test as it ends, because twice on the
+#   GPU machine (NOTES.md v64) the SIGINT ended pytest without its summary of failures; a test
 #   past $GDN_TEST_HANG_S, default 150, prints its stack); a gpu_check.py section still running 10 s
 #   before SECTION_TIMEOUT prints its stacks and ends (a hung kernel, NOTES.md v45); "sweep"
 #   runs benchmarks/knob_sweep.py on the GPU ($GDN_SWEEP_ARGS, default 60 single-knob cases from
@@ -39,7 +40,7 @@ case "$what" in
                 pytest)
                     # A test past faulthandler_timeout prints its stack (a hung kernel or a compile).
                     # shellcheck disable=SC2086  # GDN_PYTEST is a list of paths
-                    timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -q -rf --tb=short \
+                    timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -v -rf --tb=short \
                         -p no:cacheprovider --durations=15 -o faulthandler_timeout="${GDN_TEST_HANG_S:-150}" \
                         ${GDN_PYTEST:-tests/ops/triton} ;;
                 sweep)

@@ -523,8 +523,9 @@ def _split_call(gate, T, seed, B=1, V=64, h0=True, long_heads=0, big_beta=None, 
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
                           walk_stages=1, operands="fp16", **call, **kw)
+    ok = split_walk.last_outcome                       # (read before the next call resets it)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", num_segments=1, **call)
-    return (o, S, o_ref, S_ref, o_t, S_t), split_walk.last_outcome
+    return (o, S, o_ref, S_ref, o_t, S_t), ok
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
@@ -634,9 +635,9 @@ def test_split_walk_beside_segments_from_the_sm_count(gate):
     o_ref, S_ref = reference_gdn(q, k, v, g, beta, initial_state=S0, use_qk_l2norm=True)
     o, S = triton_forward(q, k, v, g, beta, out=torch.full_like(v, float("nan")), walk="gluon_t", block_v=64,
                           walk_stages=1, operands="fp16", split_walk=True, split_beside=True, **call)
+    ok = split_walk.last_outcome                       # (read before the next call resets it)
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
-    ok = split_walk.last_outcome
     assert ok.shape == (2, 32, 1) and (ok[1] == (1 if gate == "normal" else 0)).all()
 
 
