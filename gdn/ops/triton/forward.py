@@ -97,12 +97,11 @@ def auto_window(B: int, T: int, HV: int, cu_seqlens, chunk_size: int) -> int | N
     """window_tokens="auto"'s window for a call of B sequences of T tokens and HV value heads: None
     (one call) unless one dense sequence is longer than AUTO_WINDOW_TOKENS x AUTO_WINDOW_HEADS / HV
     tokens, else the fewest equal windows of at most that many tokens, rounded up to a multiple of
-    chunk_size."""
+    chunk_size (checked first as plan_forward checks it: numpy's ints too, a bad one named)."""
     limit = AUTO_WINDOW_TOKENS * AUTO_WINDOW_HEADS // max(HV, 1)
     if B != 1 or cu_seqlens is not None or T <= limit:
         return None
-    if not (isinstance(chunk_size, int) and chunk_size > 0):
-        return None                     # (a bad chunk_size: plan_forward names it)
+    planning.check_chunk_size(chunk_size)
     windows = cdiv(T, limit)
     return cdiv(cdiv(T, windows), chunk_size) * chunk_size
 
