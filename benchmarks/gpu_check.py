@@ -490,7 +490,8 @@ def stages() -> None:
 def profile() -> None:
     """Per-kernel CUDA time of the configs in GDN_PROFILE_CONFIGS (default "default") at the shapes in
     GDN_PROFILE_SHAPES (default "1x32768"; "BxT" or "varlenT/pieces" each, gdn bench's varlen lengths);
-    a name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh)."""
+    a name "peer:fla" or "peer:flashqla" profiles that peer instead (needs scripts/unpack_peers.sh).
+    GDN_TIME_L2NORM=off: unit-norm q and k without use_qk_l2norm, for ours and the peers alike."""
     from gdn.cli.peers import available_peers
     for label, B, T, pieces in parse_shapes(os.environ.get("GDN_PROFILE_SHAPES", "1x32768").replace(";", ",")):
         inputs = timing_problem(B, T)
@@ -498,7 +499,7 @@ def profile() -> None:
         for cname in os.environ.get("GDN_PROFILE_CONFIGS", "default").split(";"):
             if cname.startswith("peer:"):
                 peer = available_peers("cuda")[cname[5:]]
-                fn = lambda: peer(*inputs, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=True,
+                fn = lambda: peer(*inputs, scale=K ** -0.5, output_final_state=True, use_qk_l2norm=TIME_L2NORM,
                                   cu_seqlens=cu)
             else:
                 fn = forward_call(inputs, resolve(cname), cu)
