@@ -92,7 +92,8 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
         >>> S.shape
         torch.Size([3, 4, 64, 64])
     """
-    check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend)
+    check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend,
+                 output_final_state, use_qk_l2norm)
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
     chunk_size = int(chunk_size)                         # (numpy's ints too: checked as numbers.Integral)

@@ -9,12 +9,24 @@ import torch
 BACKENDS = ("auto", "recurrent", "chunk", "scan", "triton")
 
 
+# The dtypes every backend computes in (float8 is floating point too, but nothing here computes in it).
+FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
 def _floating(name: str, x) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
+    if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be a floating-point tensor (float64/float32/bfloat16/float16), got {x.dtype}")
     return x
+
+
+def check_flag(name: str, value) -> None:
+    """A switch must be a bool (numpy's too): a string such as "False" is truthy, and a tensor or a
+    positional argument one place off would otherwise fail deep inside, or silently flip the switch."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")   # numpy 2, 1
+    if not (isinstance(value, bool) or numpy_bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _shape(name: str, x: torch.Tensor, expected: tuple, what: str) -> None:
@@ -22,8 +34,11 @@ def _shape(name: str, x: torch.Tensor, expected: tuple, what: str) -> None:
         raise ValueError(f"{name} must have shape {what} = {tuple(expected)}, got {tuple(x.shape)}")
 
 
-def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend):
+def check_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens, chunk_size, backend,
+                 output_final_state=False, use_qk_l2norm=False):
     """Validate the op's arguments. Returns N, the number of sequences (B, or len(cu_seqlens) - 1)."""
+    check_flag("output_final_state", output_final_state)
+    check_flag("use_qk_l2norm", use_qk_l2norm)
     for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         _floating(name, x)
     if q.dim() != 4:

@@ -52,6 +52,9 @@ CASES = [
     (dict(q=X["q"][:, :, :0], k=X["k"][:, :, :0]), ValueError, "at least one head"),
     (dict(q=X["q"][..., :0], k=X["k"][..., :0]), ValueError, "head dim K >= 1"),
     (dict(v=X["v"][..., :0]), ValueError, "head dim V must be >= 1"),
+    (dict(q=X["q"].to(torch.float8_e4m3fn)), TypeError, "q must be a floating-point"),
+    (dict(use_qk_l2norm="False"), TypeError, "use_qk_l2norm must be a bool"),
+    (dict(output_final_state=torch.tensor([1, 2])), TypeError, "output_final_state must be a bool"),
 ]
 
 
@@ -67,6 +70,36 @@ def test_numpy_scalars_are_numbers():
 def test_bad_input_is_named(overrides, error, words):
     with pytest.raises(error, match=words):
         call(**overrides)
+
+
+def test_flags_take_numpy_bools():
+    np = pytest.importorskip("numpy")
+    o, S = call(output_final_state=np.bool_(True), use_qk_l2norm=np.bool_(False))
+    assert S is not None and torch.equal(o, call()[0])
+
+
+def test_fla_positional_call_one_place_off_is_named():
+    """An older FLA signature's positional cu_seqlens lands in use_qk_l2norm_in_kernel: named, not a
+    tensor's truth value deep inside."""
+    x = inputs(T=8)
+    with pytest.raises(TypeError, match="use_qk_l2norm must be a bool"):
+        gdn.fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, True,
+                                             torch.tensor([0, 3, 8]))
+
+
+@pytest.mark.parametrize("backend", ["recurrent", "chunk", "triton"])
+def test_strided_cu_seqlens_are_the_same_boundaries(backend):
+    """cu_seqlens as a strided view ([0, 5, 12] every other entry of a longer tensor): the boundaries
+    its values say, on every backend (the kernels read a contiguous copy)."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+    q, k, v, g, beta, _ = random_inputs(1, 12, 1, 2, 16, 16, dtype=torch.float32, seed=3)
+    strided = torch.tensor([0, 9, 5, 7, 12, 3])[::2]
+    dense = torch.tensor([0, 5, 12])
+    o, S = gdn.gated_delta_rule(q, k, v, g, beta, cu_seqlens=strided, output_final_state=True, backend=backend)
+    o_ref, S_ref = reference_gdn(q, k, v, g, beta, scale=16 ** -0.5, cu_seqlens=dense)
+    assert_close(o, o_ref, rtol=1e-4, name="o")
+    assert_close(S, S_ref, rtol=1e-4, name="S")
 
 
 def test_tensors_on_different_devices():

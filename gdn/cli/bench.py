@@ -99,6 +99,8 @@ def _providers(device: str, names, configs=()):
         if unknown:
             raise UsageError(f"--providers: unknown {unknown}, expected some of {sorted({**providers, **errors})}")
         providers = {k: v for k, v in providers.items() if k in names or k.startswith("gdn[")}
+        if not providers:            # only unimportable peers named: nothing to time
+            raise UsageError(f"--providers: none of {names} can be timed here (see above)")
     return providers
 
 
@@ -181,6 +183,10 @@ def run_bench(args) -> None:
             raise UsageError(f"--providers: expected comma-separated names, got {args.providers!r}")
     regimes = parse_l2norm(getattr(args, "l2norm", None) or ("on,off" if on_gpu else "on"))
     providers = _providers(device, names, args.configs.split(",") if args.configs else ())
+    try:                            # before any timing: a bad folder would lose the whole run
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out: cannot make the folder {args.out!r} ({err.strerror})") from None
     if not on_gpu:
         torch.set_num_threads(os.cpu_count() or 1)
     machine = torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or platform.machine()}, " \

@@ -28,6 +28,21 @@ class GatedDeltaNetCache:
         """True until a forward call has stored states."""
         return self.recurrent_state is None
 
+    def check(self, conv_shape: tuple, recurrent_shape: tuple) -> None:
+        """Before a call continues from this cache: both states set, or neither (one alone would
+        restart the conv from zeros, or drop the state, with no error), each of its expected shape
+        (``conv_shape`` ``[N, conv_dim, W-1]``, ``recurrent_shape`` ``[N, HV, K, V]``). Raises
+        ValueError naming the field."""
+        if (self.conv_state is None) != (self.recurrent_state is None):
+            empty = "conv_state" if self.conv_state is None else "recurrent_state"
+            raise ValueError(f"cache.{empty} is None but the other state is set: a cache holds both states "
+                             "(after a forward call) or neither (before one; reset() empties it)")
+        for name, x, shape in (("conv_state", self.conv_state, conv_shape),
+                               ("recurrent_state", self.recurrent_state, recurrent_shape)):
+            if x is not None and tuple(x.shape) != tuple(shape):
+                raise ValueError(f"cache.{name} must have shape {tuple(shape)} for this layer and input, "
+                                 f"got {tuple(x.shape)}")
+
     @property
     def batch_size(self) -> int:
         """N: sequences held (0 when empty)."""
@@ -44,17 +59,23 @@ class GatedDeltaNetCache:
         self.recurrent_state = None
 
     def select(self, index: torch.Tensor) -> None:
-        """Keep (or reorder, repeat) sequences by ``index`` ``[N']`` long (a tensor, or a list of ints):
-        beam search reordering."""
+        """Keep (or reorder, repeat) sequences by ``index`` ``[N']`` long (a tensor, or a list of ints
+        from 0 to N - 1): beam search reordering. The index is read to the host once to check its range
+        (an index past N would otherwise fail inside index_select, on a GPU as a device assert)."""
         if self.is_empty:
             return
         # Checked in its own dtype (lists and arrays too): cast to long first, [True, False] would read
-        # as the sequence numbers 1, 0 and 2.5 as 2.
-        index = torch.as_tensor(index)
+        # as the sequence numbers 1, 0 and 2.5 as 2. An empty list is no dtype's: torch reads it as float.
+        index = torch.as_tensor(index) if not (isinstance(index, (list, tuple)) and len(index) == 0) \
+            else torch.empty(0, dtype=torch.long)
         if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
             raise TypeError(f"index must hold integers (sequence numbers), got {index.dtype}")
         index = index.to(dtype=torch.long, device=self.recurrent_state.device)
         if index.dim() != 1:
             raise ValueError(f"index must be 1-D [N'], got shape {tuple(index.shape)}")
+        N = self.batch_size
+        if index.numel() and not (0 <= int(index.min()) and int(index.max()) < N):
+            raise IndexError(f"index must hold sequence numbers from 0 to N - 1 = {N - 1}, "
+                             f"got {index.tolist()}")
         self.conv_state = self.conv_state.index_select(0, index)
         self.recurrent_state = self.recurrent_state.index_select(0, index)

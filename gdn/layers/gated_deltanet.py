@@ -93,11 +93,17 @@ class GatedDeltaNet(nn.Module):
         Returns:
             ``[B, T, hidden]`` in hidden_states' dtype.
         """
+        if not isinstance(hidden_states, torch.Tensor):
+            raise TypeError(f"hidden_states must be a torch.Tensor, got {type(hidden_states).__name__}")
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.config.hidden_size:
             raise ValueError(f"hidden_states must be [B, T, {self.config.hidden_size}], "
                              f"got {tuple(hidden_states.shape)}")
         if cache is not None and not isinstance(cache, GatedDeltaNetCache):
             raise ValueError(f"cache must be a GatedDeltaNetCache, got {type(cache).__name__}")
+        dtype = self.out_proj.weight.dtype
+        if hidden_states.dtype != dtype and not torch.is_autocast_enabled(hidden_states.device.type):
+            raise TypeError(f"hidden_states must be in the layer's dtype {dtype} (or under torch.autocast), "
+                            f"got {hidden_states.dtype}")
         mixed_qkv, z, b, a = self.project(hidden_states)
         o = self.mix(mixed_qkv, z, b, a, cache=cache, cu_seqlens=cu_seqlens)
         return self.out_proj(o)
@@ -154,6 +160,8 @@ class GatedDeltaNet(nn.Module):
         continuing = cache is not None and not cache.is_empty
         if continuing and cache.batch_size != N:
             raise ValueError(f"cache holds {cache.batch_size} sequences but the input has {N}")
+        if cache is not None:
+            cache.check((N, mixed_qkv.shape[-1], c.conv_kernel_size - 1), (N, HV, K, V))
 
         conv_out, conv_state = causal_conv1d(
             mixed_qkv, self.conv1d.weight, self.conv1d.bias,

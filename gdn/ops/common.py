@@ -113,7 +113,14 @@ _thread_local = threading.local()
 def workspace_limit() -> int:
     """Bytes a thread's CPU workspace may hold: GDN_CPU_WORKSPACE_MB (default 4096: the scan needs
     ~2 GB at T = 8192 with 16 heads of 128; the chunk algorithm ~60 MB at any length)."""
-    return int(float(os.environ.get("GDN_CPU_WORKSPACE_MB", "4096")) * 2 ** 20)
+    text = os.environ.get("GDN_CPU_WORKSPACE_MB", "4096")
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = float("nan")
+    if not (0 <= mb < 2 ** 40):                  # NaN, inf and negative numbers too
+        raise ValueError(f"GDN_CPU_WORKSPACE_MB must be a number of megabytes >= 0, got {text!r}")
+    return int(mb * 2 ** 20)
 
 
 def workspace(*tensors) -> Workspace | None:

@@ -94,6 +94,19 @@ def test_bench_rejects_an_unknown_provider(tmp_path):
         run_bench(_args(tmp_path, providers="gdn,flq"))
 
 
+def test_bench_refuses_to_time_nothing(tmp_path):
+    """Only peers that cannot run here (FLA on a CPU): a usage error, not an empty table."""
+    with pytest.raises(ValueError, match="--providers: none of"):
+        run_bench(_args(tmp_path, providers="fla"))
+
+
+def test_bench_refuses_an_output_folder_it_cannot_make(tmp_path):
+    """Checked before any timing, which a folder under a file would otherwise lose at the end."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="--out: cannot make the folder"):
+        run_bench(_args(tmp_path, out=str(tmp_path / "file" / "x")))
+
+
 def test_bench_keeps_config_rows_when_providers_are_picked(monkeypatch):
     """--configs rows are not filtered away by --providers (a GPU-only path, so the config lookup is faked)."""
     import gdn.cli.bench as bench

@@ -150,6 +150,33 @@ def test_input_errors(loaded):
             cache.select(index)
     cache.select(np.array([1, 0]))                                             # integers in any container
     assert cache.recurrent_state.shape[0] == 2
+    with pytest.raises(IndexError, match="from 0 to N - 1 = 1"):
+        cache.select([0, 5])
+    with pytest.raises(TypeError, match="hidden_states must be in the layer's dtype"):
+        ours(inputs(2, 1).double(), cache=cache)
+    with pytest.raises(TypeError, match="hidden_states must be a torch.Tensor"):
+        ours([[0.0]])
+
+
+def test_cache_errors_name_the_field(loaded):
+    """A cache holding one state alone, or a state of another layer's shape, is refused by field name
+    (one state alone would restart the conv from zeros, or drop the state, with no error); an empty
+    selection empties the batch."""
+    _, _, ours = loaded
+    full = GatedDeltaNetCache()
+    ours(inputs(2, 3), cache=full)
+    for kept in ("conv_state", "recurrent_state"):
+        half = GatedDeltaNetCache(**{kept: getattr(full, kept)})
+        with pytest.raises(ValueError, match="is None but the other state is set"):
+            ours(inputs(2, 1), cache=half)
+    wrong = GatedDeltaNetCache(full.conv_state, full.recurrent_state[..., :-1])
+    with pytest.raises(ValueError, match="cache.recurrent_state must have shape"):
+        ours(inputs(2, 1), cache=wrong)
+    wrong = GatedDeltaNetCache(full.conv_state[..., :-1], full.recurrent_state)
+    with pytest.raises(ValueError, match="cache.conv_state must have shape"):
+        ours(inputs(2, 1), cache=wrong)
+    full.select([])
+    assert full.recurrent_state.shape[0] == 0 and full.conv_state.shape[0] == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -67,6 +67,14 @@ def test_workspace_holds_at_most_its_limit():
     assert z1.data_ptr() != z2.data_ptr() and ws.held_bytes() == 800
 
 
+@pytest.mark.parametrize("text", ["abc", "nan", "inf", "-1"])
+def test_a_bad_workspace_limit_is_named(text, monkeypatch):
+    from gdn.ops.common import workspace_limit
+    monkeypatch.setenv("GDN_CPU_WORKSPACE_MB", text)
+    with pytest.raises(ValueError, match="GDN_CPU_WORKSPACE_MB must be a number of megabytes"):
+        workspace_limit()
+
+
 @pytest.mark.parametrize("backend", ["chunk", "scan"])
 def test_exact_with_a_workspace_too_small_to_hold_anything(backend, monkeypatch):
     monkeypatch.setenv("GDN_CPU_WORKSPACE_MB", "0")

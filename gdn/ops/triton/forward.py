@@ -143,6 +143,9 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
     q, k, v = q.to(qk_dtype).contiguous(), k.to(qk_dtype).contiguous(), v.contiguous()
     g, beta = g.float().contiguous(), beta.float().contiguous()
     h0 = None if initial_state is None else initial_state.float().contiguous()
+    # The kernels read cu_seqlens[i] at cu_seqlens + i, and the host's lengths below read it through
+    # its strides: a strided view (values checked as they are) must be one tensor to both.
+    cu_seqlens = None if cu_seqlens is None else cu_seqlens.contiguous()
     p = planned(q, v, cu_seqlens, scale=scale, use_qk_l2norm=use_qk_l2norm, chunk_size=chunk_size, **knobs)
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
