@@ -127,7 +127,10 @@ REPLACEMENTS = {
 def patch(model: torch.nn.Module) -> torch.nn.Module:
     """Make one transformers Qwen3.5 / Qwen3.5-MoE / Qwen3-Next model compute its Gated DeltaNet
     layers with gdn (prefill and decode). Weights and modules are untouched; reversible with
-    :func:`unpatch`; patching twice is a no-op.
+    :func:`unpatch`; patching twice is a no-op. A layer with accelerate's hook (device_map offload)
+    keeps it: the hook's inner forward is the one replaced. A patched model does not stay patched
+    through pickling (functions pickle by name): :func:`is_patched` then says False, and patching
+    the loaded model again works.
 
     Args:
         model: any ``nn.Module`` containing transformers ``*GatedDeltaNet`` layers (a CausalLM,
@@ -135,27 +138,56 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
     Returns:
         the same model.
     Raises:
-        ValueError: the model has no such layer.
+        ValueError: the model has no such layer, or a layer's forward was replaced on the instance
+            by something else (patching would drop it).
     """
     layers = _gated_deltanet_layers(model)
     if not layers:
         raise ValueError(f"model: no transformers Gated DeltaNet layer (from {', '.join(MODELING_MODULES)}) "
                          f"found in {type(model).__name__}")
     for layer in layers:
-        if getattr(layer, _PATCHED_FLAG, False):
+        if _runs_patch(layer):
             continue
+        _drop_stale_patch(layer)
+        # accelerate's hooks (add_hook_to_module) call module._old_forward from module.forward.
+        target = "_old_forward" if hasattr(layer, "_hf_hook") and hasattr(layer, "_old_forward") else "forward"
+        previous = vars(layer).get(target)
+        if previous is not None and getattr(previous, "__func__", None) is not type(layer).forward:
+            raise ValueError(f"cannot patch {type(layer).__name__}: its {target} was replaced on the instance "
+                             f"by {previous!r}, which patching would drop")
         forward = _rebind_globals(type(layer).forward, sys.modules[type(layer).__module__])
-        layer.forward = types.MethodType(forward, layer)
-        setattr(layer, _PATCHED_FLAG, True)
+        forward._gdn_patched = True
+        bound = types.MethodType(forward, layer)
+        setattr(layer, target, bound)
+        setattr(layer, _PATCHED_FLAG, (target, previous))
     return model
 
 
 def unpatch(model: torch.nn.Module) -> torch.nn.Module:
-    """Undo :func:`patch` on this model (layers go back to their class's forward)."""
-    for layer in _gated_deltanet_layers(model):
-        if getattr(layer, _PATCHED_FLAG, False):
-            del layer.forward
-            delattr(layer, _PATCHED_FLAG)
+    """Undo :func:`patch` on this model: each layer's forward goes back to what it was (its class's,
+    or the one accelerate's hook wraps; a hook added after the patch is kept).
+
+    Raises:
+        ValueError: the model runs on gdn through :func:`patch_transformers` (undo that with
+            :func:`unpatch_transformers`).
+    """
+    layers = _gated_deltanet_layers(model)
+    process_wide = sorted({type(layer).__module__ for layer in layers} & set(_ORIGINALS))
+    if process_wide:
+        raise ValueError(f"{', '.join(process_wide)} runs on gdn process-wide (patch_transformers()): "
+                         "unpatch_transformers() undoes that")
+    for layer in layers:
+        state = getattr(layer, _PATCHED_FLAG, None)
+        if not state:
+            continue
+        target, previous = state
+        for name in ("forward", "_old_forward"):        # a hook added after the patch wraps ours
+            if _is_ours(vars(layer).get(name)):
+                if name == target and previous is None:
+                    delattr(layer, name)
+                else:
+                    setattr(layer, name, previous if name == target else types.MethodType(type(layer).forward, layer))
+        delattr(layer, _PATCHED_FLAG)
     return model
 
 
@@ -163,8 +195,33 @@ def is_patched(model: torch.nn.Module) -> bool:
     """True when every Gated DeltaNet layer of ``model`` runs on gdn (by :func:`patch` or
     :func:`patch_transformers`)."""
     layers = _gated_deltanet_layers(model)
-    return bool(layers) and all(
-        getattr(layer, _PATCHED_FLAG, False) or type(layer).__module__ in _ORIGINALS for layer in layers)
+    return bool(layers) and all(_runs_patch(layer) or type(layer).__module__ in _ORIGINALS for layer in layers)
+
+
+def _is_ours(method) -> bool:
+    return getattr(getattr(method, "__func__", None), "_gdn_patched", False)
+
+
+def _runs_patch(layer) -> bool:
+    """The layer's forward (or the one its accelerate hook calls) is patch's copy."""
+    return bool(getattr(layer, _PATCHED_FLAG, None)) and any(
+        _is_ours(vars(layer).get(name)) for name in ("forward", "_old_forward"))
+
+
+def _drop_stale_patch(layer) -> None:
+    """A patch's record on a layer that no longer runs it (unpickled: the forward it installed came
+    back as the class's function, which pickles by name): put the layer back as before the patch."""
+    state = getattr(layer, _PATCHED_FLAG, None)
+    if not state:
+        return
+    target, previous = state
+    installed = vars(layer).get(target)
+    if getattr(installed, "__func__", None) is type(layer).forward:
+        if previous is None:
+            delattr(layer, target)
+        else:
+            setattr(layer, target, previous)
+    delattr(layer, _PATCHED_FLAG)
 
 
 def _gated_deltanet_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -277,7 +334,8 @@ def transformers_torch_code():
             for f in REPLACEMENTS:
                 fn = getattr(module, f)
                 saved.append((module, f, fn))
-                setattr(module, f, getattr(fn, "__wrapped__", fn))
+                original = _ORIGINALS.get(name, {}).get(f, fn)        # transformers', not gdn's stand-in
+                setattr(module, f, getattr(original, "__wrapped__", original))
         yield
     finally:
         for module, f, fn in reversed(saved):

@@ -126,5 +126,13 @@ class GatedDeltaNetConfig:
             path = os.path.join(path, "config.json")
         if not os.path.isfile(path):
             raise ValueError(f"path: no config.json at {path}")
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return cls.from_dict(read_json(path))
+
+
+def read_json(file: str):
+    """A JSON file's contents; a malformed one is a ValueError naming the file."""
+    with open(file) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{file} is not valid JSON: {err}") from None

@@ -9,10 +9,12 @@ and nothing else may sit under the layer's prefix: a partial or mismatched load 
 from __future__ import annotations
 
 import glob
-import json
 import os
 
-from .config import GatedDeltaNetConfig
+import torch
+
+from ..checks import FLOAT_DTYPES
+from .config import GatedDeltaNetConfig, read_json
 
 # Where a layer's tensors live: text-only models (Qwen3-Next, Qwen3.5 *ForCausalLM) and the
 # multimodal Qwen3.5 checkpoints (text tower under model.language_model).
@@ -39,6 +41,15 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
 
     if cls is None:
         from .gated_deltanet import GatedDeltaNet as cls
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or dtype not in FLOAT_DTYPES):
+        raise ValueError(f"dtype must be one of {', '.join(map(str, FLOAT_DTYPES))} or None, got {dtype!r}")
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device must be a torch.device or its name, got {device!r} ({err})") from None
+        if device.type == "cuda" and not torch.cuda.is_available():       # before any tensor is read
+            raise ValueError(f"device {device} asked for, but torch sees no CUDA device here")
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise ValueError(f"path must be a checkpoint directory, got {path!r}")
@@ -54,6 +65,9 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
     for file, keys in _layer_keys(path, prefixes):
         with safe_open(file, framework="pt") as f:
             names = f.keys() if keys is None else keys
+            absent = sorted(set(names) - set(f.keys()))
+            if absent:
+                raise ValueError(f"{INDEX_FILE} lists {absent[0]} in {os.path.basename(file)}, which does not hold it")
             for key in names:
                 prefix = next((p for p in prefixes if key.startswith(p)), None)
                 if prefix is None:
@@ -62,6 +76,9 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
                 if local in found and found[local][1] != key:
                     raise ValueError(f"layer {layer_idx}: tensor {local!r} found under two prefixes "
                                      f"({found[local][1]!r} and {key!r})")
+                if local in found:          # (without an index: another *.safetensors in the folder)
+                    raise ValueError(f"layer {layer_idx}: tensor {key!r} is in two files, {found[local][0]} "
+                                     f"and {file}; keep one (or list the shards in {INDEX_FILE})")
                 found[local] = (file, key)
 
     if not found:
@@ -91,7 +108,9 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
                     raise ValueError(f"tensor {key} has shape {list(shape)}, expected {list(expected[local])} "
                                      f"(from config.json)")
                 t = f.get_tensor(key)
-                if dtype is not None and t.is_floating_point():
+                if not t.is_floating_point():
+                    raise ValueError(f"tensor {key} is {t.dtype}, expected a floating-point tensor")
+                if dtype is not None:
                     t = t.to(dtype)
                 state[local] = t
     module.load_state_dict(state, strict=True, assign=True)
@@ -121,8 +140,10 @@ def _layer_keys(path: str, prefixes: list[str]):
     in the directory (keys None: the file's own key list is scanned)."""
     index = os.path.join(path, INDEX_FILE)
     if os.path.isfile(index):
-        with open(index) as f:
-            weight_map = json.load(f).get("weight_map", {})
+        index_json = read_json(index)
+        weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index} must be a JSON object with a \"weight_map\" object (tensor name -> file)")
         per_file: dict[str, list[str]] = {}
         for key, file in weight_map.items():
             if any(key.startswith(p) for p in prefixes):

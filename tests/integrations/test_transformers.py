@@ -1,15 +1,18 @@
 """gdn.integrations.transformers: a patched tiny Qwen3.5 / Qwen3.5-MoE / Qwen3-Next gives transformers'
 logits and greedy tokens, its linear-attention math runs through gdn (prefill and decode), whatever
 transformers bound at import (e.g. FLA's kernels, which crash on CPU tensors), and it all undoes."""
+import functools
 import importlib
 import importlib.util
+import io
 
 import pytest
 import torch
 
 import gdn
 from gdn.integrations.transformers import (MODELING_MODULES, REPLACEMENTS, causal_conv1d_update, is_patched, patch,
-                                           patch_transformers, unpatch, unpatch_transformers)
+                                           patch_transformers, transformers_torch_code, unpatch,
+                                           unpatch_transformers)
 from tests.layers.conv_reference import random_conv_inputs, reference_conv
 from tests.layers.tiny_models import no_grad_and_torch_code, tiny_model  # noqa: F401 (fixture)
 from tests.tolerances import assert_close
@@ -129,6 +132,90 @@ def test_patch_transformers_covers_models_created_later(gdn_calls):
     for name, fn in originals.items():
         assert getattr(importlib.import_module(name), "causal_conv1d_fn") is fn
     assert not is_patched(reference)
+
+
+def accelerate_hook(module, calls: list):
+    """What accelerate's add_hook_to_module does (device_map offload): the forward in _old_forward,
+    the instance's forward a partial that runs the hook around it."""
+    module._hf_hook = object()
+    module._old_forward = module.forward
+
+    def new_forward(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return module._old_forward(*args, **kwargs)
+    module.forward = functools.partial(new_forward, module)
+
+
+def linear_layers(model):
+    return [m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet")]
+
+
+@pytest.mark.parametrize("hooked", ["before", "after"])
+def test_patch_keeps_accelerate_hooks(hooked, gdn_calls):
+    """A hook added before the patch still runs, around gdn's forward; one added after the patch
+    survives unpatch, around transformers' forward (before: the patch dropped the first, unpatch
+    deleted the second)."""
+    model, ids = tiny_model("qwen3_5"), prompt()
+    logits = model(ids).logits
+    hooks = []
+    if hooked == "before":
+        for layer in linear_layers(model):
+            accelerate_hook(layer, hooks)
+    patch(model)
+    if hooked == "after":
+        for layer in linear_layers(model):
+            accelerate_hook(layer, hooks)
+    assert is_patched(model)
+    assert_close(model(ids).logits, logits, rtol=2e-5, name="logits")
+    assert gdn_calls["chunk"] == 3 and len(hooks) == 3
+    unpatch(model)
+    assert not is_patched(model)
+    assert_close(model(ids).logits, logits, rtol=0, name="logits after unpatch")
+    assert gdn_calls["chunk"] == 3 and len(hooks) == 6
+
+
+def test_patch_refuses_a_forward_it_would_drop():
+    model = tiny_model("qwen3_5")
+    layer = linear_layers(model)[0]
+    layer.forward = lambda *args, **kwargs: None
+    with pytest.raises(ValueError, match="its forward was replaced on the instance"):
+        patch(model)
+
+
+def test_a_pickled_patch_is_not_claimed_and_patches_again(gdn_calls):
+    """Functions pickle by name, so a loaded copy of a patched model runs transformers' forward:
+    is_patched says so, and patch() applies again."""
+    model, ids = tiny_model("qwen3_5"), prompt()
+    buffer = io.BytesIO()
+    torch.save(patch(model), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert not is_patched(loaded)
+    loaded(ids)
+    assert gdn_calls["chunk"] == 0
+    patch(loaded)
+    assert is_patched(loaded)
+    assert_close(loaded(ids).logits, model(ids).logits, rtol=0, name="logits")
+    assert gdn_calls["chunk"] == 6
+    unpatch(loaded)
+    assert not is_patched(loaded)
+
+
+def test_process_wide_patch_is_undone_by_its_own_call(gdn_calls):
+    """unpatch(model) cannot undo patch_transformers() (it would silently do nothing); inside
+    transformers_torch_code() the models run transformers' functions, not gdn's stand-ins."""
+    model, ids = tiny_model("qwen3_5"), prompt()
+    try:
+        patch_transformers()
+        with pytest.raises(ValueError, match="unpatch_transformers"):
+            unpatch(model)
+        with transformers_torch_code():
+            model(ids)
+        assert gdn_calls["chunk"] == 0
+        model(ids)
+        assert gdn_calls["chunk"] == 3
+    finally:
+        unpatch_transformers()
 
 
 def test_patch_refuses_a_model_without_gated_deltanet():

@@ -133,3 +133,54 @@ def test_tensor_under_both_prefixes(saved, tmp_path):
     (out / "config.json").write_text((path / "config.json").read_text())
     with pytest.raises(ValueError, match="'A_log' found under two prefixes"):
         GatedDeltaNet.from_pretrained(out, LAYER)
+
+
+def test_tensor_in_two_files(single):
+    """Without an index every *.safetensors is read: the same tensor in two of them is refused,
+    naming both files (before: the last file's values were loaded)."""
+    kind, tensors, config, out = single
+    key = f"model.layers.{LAYER}.linear_attn.A_log"
+    write_checkpoint(out, tensors, config)
+    save_file({key: tensors[key] + 7}, out / "zz_old.safetensors")
+    with pytest.raises(ValueError, match="is in two files.*model.safetensors and .*zz_old.safetensors"):
+        GatedDeltaNet.from_pretrained(out, LAYER)
+
+
+def test_malformed_files_are_named(single):
+    kind, tensors, config, out = single
+    write_checkpoint(out, tensors, config)
+    (out / "config.json").write_text("{")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        GatedDeltaNet.from_pretrained(out, LAYER)
+    (out / "config.json").write_text(json.dumps(config))
+    index = out / "model.safetensors.index.json"
+    index.write_text("[]")
+    with pytest.raises(ValueError, match="must be a JSON object with a \"weight_map\""):
+        GatedDeltaNet.from_pretrained(out, LAYER)
+    key = f"model.layers.{LAYER}.linear_attn.A_log"
+    save_file({"other": torch.zeros(1)}, out / "other.safetensors")
+    weight_map = {k: "model.safetensors" for k in tensors}
+    weight_map[key] = "other.safetensors"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=f"lists {key} in other.safetensors, which does not hold it"):
+        GatedDeltaNet.from_pretrained(out, LAYER)
+
+
+def test_dtype_device_and_integer_tensors_are_checked(single):
+    kind, tensors, config, out = single
+    key = f"model.layers.{LAYER}.linear_attn.A_log"
+    ckpt = write_checkpoint(out, tensors, config)
+    for dtype in ("bfloat16", torch.int32, torch.float8_e4m3fn):
+        with pytest.raises(ValueError, match="dtype must be one of"):
+            GatedDeltaNet.from_pretrained(ckpt, LAYER, dtype=dtype)
+    with pytest.raises(ValueError, match="device must be a torch.device"):
+        GatedDeltaNet.from_pretrained(ckpt, LAYER, device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            GatedDeltaNet.from_pretrained(ckpt, LAYER, device="cuda")
+    assert GatedDeltaNet.from_pretrained(ckpt, LAYER, dtype=torch.float64).A_log.dtype == torch.float64
+    tensors[key] = tensors[key].to(torch.int32)
+    (out / "model.safetensors").unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors")
+    with pytest.raises(ValueError, match=f"tensor {key} is torch.int32, expected a floating-point"):
+        GatedDeltaNet.from_pretrained(ckpt, LAYER)
