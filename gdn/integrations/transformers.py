@@ -183,12 +183,17 @@ def unpatch(model: torch.nn.Module) -> torch.nn.Module:
         target, previous = state
         for name in ("forward", "_old_forward"):        # a hook added after the patch wraps ours
             if _is_ours(vars(layer).get(name)):
-                if name == target and previous is None:
-                    delattr(layer, name)
-                else:
-                    setattr(layer, name, previous if name == target else types.MethodType(type(layer).forward, layer))
+                _restore(layer, name, previous if name == target else types.MethodType(type(layer).forward, layer))
         delattr(layer, _PATCHED_FLAG)
     return model
+
+
+def _restore(layer, name: str, previous) -> None:
+    """The instance attribute ``name`` back to ``previous`` (None: none, the class's forward)."""
+    if previous is None:
+        delattr(layer, name)
+    else:
+        setattr(layer, name, previous)
 
 
 def is_patched(model: torch.nn.Module) -> bool:
@@ -215,12 +220,8 @@ def _drop_stale_patch(layer) -> None:
     if not state:
         return
     target, previous = state
-    installed = vars(layer).get(target)
-    if getattr(installed, "__func__", None) is type(layer).forward:
-        if previous is None:
-            delattr(layer, target)
-        else:
-            setattr(layer, target, previous)
+    if getattr(vars(layer).get(target), "__func__", None) is type(layer).forward:
+        _restore(layer, target, previous)
     delattr(layer, _PATCHED_FLAG)
 
 

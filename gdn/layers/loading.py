@@ -65,7 +65,7 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
     for file, keys in _layer_keys(path, prefixes):
         with safe_open(file, framework="pt") as f:
             names = f.keys() if keys is None else keys
-            absent = sorted(set(names) - set(f.keys()))
+            absent = [] if keys is None else sorted(set(keys) - set(f.keys()))
             if absent:
                 raise ValueError(f"{INDEX_FILE} lists {absent[0]} in {os.path.basename(file)}, which does not hold it")
             for key in names:
@@ -73,11 +73,13 @@ def load_gated_deltanet(path: str | os.PathLike, layer_idx: int, *, device=None,
                 if prefix is None:
                     continue
                 local = key[len(prefix):]
-                if local in found and found[local][1] != key:
-                    raise ValueError(f"layer {layer_idx}: tensor {local!r} found under two prefixes "
-                                     f"({found[local][1]!r} and {key!r})")
-                if local in found:          # (without an index: another *.safetensors in the folder)
-                    raise ValueError(f"layer {layer_idx}: tensor {key!r} is in two files, {found[local][0]} "
+                if local in found:
+                    other_file, other_key = found[local]
+                    if other_key != key:
+                        raise ValueError(f"layer {layer_idx}: tensor {local!r} found under two prefixes "
+                                         f"({other_key!r} and {key!r})")
+                    # (without an index: another *.safetensors in the folder)
+                    raise ValueError(f"layer {layer_idx}: tensor {key!r} is in two files, {other_file} "
                                      f"and {file}; keep one (or list the shards in {INDEX_FILE})")
                 found[local] = (file, key)
 
