@@ -70,8 +70,8 @@ def triton_forward(q, k, v, g, beta, *, direct_launch=True, **kwargs):
     at most that many, of equal length (rounded up to chunk_size; other calls: one); an int: windows
     of that many tokens (a multiple of chunk_size), the last one shorter; None: one call. On an H100
     (benchmarks/NOTES.md v62) B1 x T = 2^20 with 32 value heads took 24.14 ms in one call and 24.11
-    in four windows, its peak memory 24.1 -> 12.0 GiB. The results move in their last bits against the call without windows (other segment
-    boundaries)."""
+    in four windows, its peak memory 24.1 -> 12.0 GiB. The results move in their last bits against
+    the call without windows (other segment boundaries)."""
     with direct_launches(direct_launch):
         window = kwargs.pop("window_tokens", "auto")
         if isinstance(window, str) and window == "auto":
