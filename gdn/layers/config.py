@@ -55,6 +55,8 @@ class GatedDeltaNetConfig:
             raise ValueError(
                 f"num_v_heads ({self.num_v_heads}) must be a multiple of num_k_heads ({self.num_k_heads})"
             )
+        if not isinstance(self.layer_types, (list, tuple)) or not all(isinstance(t, str) for t in self.layer_types):
+            raise ValueError(f"layer_types must be a list of strings, got {self.layer_types!r}")
         if self.hidden_act not in ("silu", "swish"):
             raise ValueError(f"hidden_act must be 'silu' (what Qwen3.5 / Qwen3-Next use), got {self.hidden_act!r}")
 
@@ -85,6 +87,8 @@ class GatedDeltaNetConfig:
             raise ValueError(f"config must be a dict (config.json content), got {type(config).__name__}")
         model_type = config.get("model_type")
         text = config.get("text_config") or config
+        if not isinstance(text, Mapping):
+            raise ValueError(f"config's text_config must be a dict, got {type(text).__name__}")
         layout = _LAYOUTS.get(text.get("model_type", model_type)) or _LAYOUTS.get(model_type)
         if layout is None:
             raise ValueError(
@@ -101,9 +105,12 @@ class GatedDeltaNetConfig:
             interval = text.get("full_attention_interval", 4)
             if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
                 raise ValueError(f"config's full_attention_interval must be a positive int, got {interval!r}")
+            n_layers = text["num_hidden_layers"]
+            if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 0:
+                raise ValueError(f"config's num_hidden_layers must be an int >= 0, got {n_layers!r}")
             layer_types = [
                 "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-                for i in range(text["num_hidden_layers"])
+                for i in range(n_layers)
             ]
         return cls(
             hidden_size=text["hidden_size"],
@@ -115,7 +122,9 @@ class GatedDeltaNetConfig:
             rms_norm_eps=text.get("rms_norm_eps", 1e-6),
             hidden_act=text.get("hidden_act", "silu"),
             layout=layout,
-            layer_types=list(layer_types or []),
+            # (anything but a list goes as it is, for __post_init__ to refuse by name)
+            layer_types=[] if layer_types is None else list(layer_types) if isinstance(layer_types, (list, tuple))
+            else layer_types,
         )
 
     @classmethod

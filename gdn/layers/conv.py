@@ -7,8 +7,8 @@ inputs), or are zero without a state; with ``cu_seqlens`` nothing crosses a sequ
 Layout is channels-last, ``x [B, T, D]``, as the input projection produces it, so no transpose is
 needed on the way in or out. Accumulation is float32 (float64 for float64 inputs).
 
-Dispatch: CUDA tensors go to the fused Triton kernel (``gdn/ops/triton/causal_conv1d.py``), other
-devices to the torch code below; ``backend="causal_conv1d"`` uses the ``causal-conv1d`` package.
+Dispatch: CUDA tensors go to the fused Triton kernel (``gdn/ops/triton/causal_conv1d.py``, float32
+accumulation), except float64 ones and every other device to the torch code below; ``backend="causal_conv1d"`` uses the ``causal-conv1d`` package.
 """
 from __future__ import annotations
 
@@ -44,14 +44,15 @@ def causal_conv1d(
         output_final_state: also return each sequence's last W-1 inputs, ``[N, D, W-1]``.
         cu_seqlens: ``[N+1]`` int cumulative sequence lengths (starts at 0, ends at T) with B == 1.
         activation: "silu" (or its alias "swish") or None.
-        backend: "auto" (Triton on CUDA, torch elsewhere), "torch", "triton" or "causal_conv1d".
+        backend: "auto" (Triton on CUDA unless x is float64, torch elsewhere), "torch", "triton"
+            (float32 accumulation whatever x's dtype) or "causal_conv1d".
     Returns:
         y ``[B, T, D]`` in x's dtype, and the final state ``[N, D, W-1]`` (dtype of initial_state,
         else of x) or None.
     """
     weight = _check(x, weight, bias, initial_state, cu_seqlens, activation, backend)
     if backend == "auto":
-        backend = "triton" if x.is_cuda else "torch"
+        backend = "triton" if x.is_cuda and x.dtype != torch.float64 else "torch"
     if backend == "triton":
         if not x.is_cuda and not triton_interpreting():
             raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 set before triton "

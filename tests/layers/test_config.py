@@ -48,3 +48,12 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="full_attention_interval must be a positive int, got 0"):
         GatedDeltaNetConfig.from_dict({**{k: v for k, v in d.items() if k != "layer_types"},
                                        "num_hidden_layers": 4, "full_attention_interval": 0})
+    no_types = {k: v for k, v in d.items() if k != "layer_types"}
+    for bad in (None, "4", 2.0):
+        with pytest.raises(ValueError, match=f"num_hidden_layers must be an int >= 0, got {bad!r}"):
+            GatedDeltaNetConfig.from_dict({**no_types, "num_hidden_layers": bad})
+    with pytest.raises(ValueError, match="text_config must be a dict, got str"):
+        GatedDeltaNetConfig.from_dict({"model_type": "qwen3_5", "text_config": "oops"})
+    for bad in ("linear_attention", ["linear_attention", 3], 7):    # (a string was split into letters)
+        with pytest.raises(ValueError, match="layer_types must be a list of strings"):
+            GatedDeltaNetConfig.from_dict({**d, "layer_types": bad})

@@ -55,6 +55,16 @@ def run_cases(device: str, backend: str) -> None:
                      ("sliced", torch.cat([x, torch.randn(2, 70, 12)], dim=2)[:, :, :20])):
         y, _ = causal_conv1d(xs.to(device), w.to(device), b.to(device), initial_state=s0.to(device), backend=backend)
         assert_close(y, y_ref, rtol=1e-6, name=name)
+    # A bias sliced out of a wider parameter (stride 2): read by its stride, not as contiguous.
+    b_wide = torch.stack([b, torch.randn_like(b)], dim=1).reshape(-1)
+    y, _ = causal_conv1d(x.to(device), w.to(device), b_wide[::2].to(device), initial_state=s0.to(device),
+                         backend=backend)
+    assert_close(y, y_ref, rtol=1e-6, name="strided bias")
+    # float64: "auto" keeps float64's accumulation (the kernel's is float32).
+    if backend == "auto":
+        y, _ = causal_conv1d(x.double().to(device), w.double().to(device), b.double().to(device),
+                             initial_state=s0.double().to(device), backend=backend)
+        assert_close(y, y_ref, rtol=1e-12, name="float64 y")
 
 
 def test_triton_kernel_in_interpreter():

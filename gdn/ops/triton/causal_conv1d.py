@@ -77,6 +77,8 @@ def causal_conv1d_triton(
     if x.stride(2) != 1:
         x = x.contiguous()
     weight = weight.contiguous()
+    if bias is not None:
+        bias = bias.contiguous()            # (the kernel reads it at b + d: a slice's stride would be lost)
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
     if T == 0:
         return y
