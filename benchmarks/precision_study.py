@@ -62,7 +62,7 @@ def unit_lower_inverse(A: torch.Tensor, how: str, block: int = 16) -> torch.Tens
     "fp16 substitution": T <- X - N T from T = X, once a block row below the first, on plain fp16
     products (block forward substitution: no binomially growing partial products); "fp16 substitution
     everywhere": the diagonal blocks too, from their 4 x 4 blocks' (I - A4)(I + A4^2) by the same
-    substitution, all on plain fp16 products (inverse.inverse_f16)."""
+    substitution, all on plain fp16 products (inverse.inverse_subst)."""
     n = A.shape[-1]
     if how == "fp16 substitution everywhere":
         X16 = _substitution(torch.where(_blocks(n, block), A, 0.0), _inverse_4x4_f16(A), 4)

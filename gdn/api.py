@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_inputs, check_seqlens
+from .checks import check_flag, check_inputs, check_seqlens
 from .ops.chunk import chunk_forward
 from .ops.common import triton_interpreting
 from .ops.recurrent import recurrent_forward
@@ -199,6 +199,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Same tensors and layouts as :func:`gated_delta_rule` (q, k ``[B, T, H, K]``, v ``[B, T, HV, V]``,
     g, beta ``[B, T, HV]``, states ``[N, HV, K, V]``); runs the fastest exact backend for the device.
     Returns ``(o, final_state)``."""
+    check_flag("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)       # (by the caller's name)
     return gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                             output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                             use_qk_l2norm=use_qk_l2norm_in_kernel, backend="auto")
@@ -210,6 +211,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state
     """FLA-compatible name and arguments (``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``):
     the token-by-token algorithm, what decode (one token per sequence) uses. Same tensors as
     :func:`chunk_gated_delta_rule`. Returns ``(o, final_state)``."""
+    check_flag("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     return gated_delta_rule(q, k, v, g, beta, scale=scale, initial_state=initial_state,
                             output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                             use_qk_l2norm=use_qk_l2norm_in_kernel, backend="recurrent")

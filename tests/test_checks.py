@@ -80,11 +80,11 @@ def test_flags_take_numpy_bools():
 
 def test_fla_positional_call_one_place_off_is_named():
     """An older FLA signature's positional cu_seqlens lands in use_qk_l2norm_in_kernel: named, not a
-    tensor's truth value deep inside."""
+    tensor's truth value deep inside; by the wrappers' own argument name."""
     x = inputs(T=8)
-    with pytest.raises(TypeError, match="use_qk_l2norm must be a bool"):
-        gdn.fused_recurrent_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, True,
-                                             torch.tensor([0, 3, 8]))
+    for op in (gdn.fused_recurrent_gated_delta_rule, gdn.chunk_gated_delta_rule):
+        with pytest.raises(TypeError, match="use_qk_l2norm_in_kernel must be a bool, got Tensor"):
+            op(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, True, torch.tensor([0, 3, 8]))
 
 
 @pytest.mark.parametrize("backend", ["recurrent", "chunk", "triton"])

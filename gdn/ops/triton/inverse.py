@@ -8,11 +8,18 @@ much of it is exact (benchmarks/NOTES.md v8-v19 and v32, benchmarks/precision_st
                              ("substitution", "product": tf32x3 products of whole tiles)
     unit_lower_inverse_blocks  the product form with the diagonal blocks as a batch (tf32x3, our own
                              tf32x3 parts, or pairs of fp16 parts)
-    inverse_f16              every step on plain fp16 products: 4 x 4 blocks, then 16 x 16 ones,
-                             then the whole tile by block forward substitution (merge_f16,
-                             substitute_f16); TRANSPOSED: the same on the transposes
+    inverse_subst            4 x 4 blocks, then 16 x 16 ones, then the whole tile by block forward
+                             substitution (merge_subst, substitute): every step on plain fp16
+                             products ("f16_subst"), or with PRECISE at tf32x3 from our own parts
+                             ("subst", the default of the passes without fp16 products, and every
+                             fp16 inverse's fallback); TRANSPOSED: the same on the transposes
     f16_out_of_range         whether an fp16 inverse needs the tf32x3 fallback (a chunk whose |A_ij|
                              exceeds 1 or whose T leaves fp16's range)
+
+The product forms multiply partial products that grow binomially where keys are near parallel
+(with beta = 2, as 2^m C(15, m) in a 16 x 16 block): at tf32x3 their sums then cancel to a few %
+of T (o 5-10% off the float64 recurrence with beta = 2 and keys within ~20 degrees of each other,
+NOTES.md v66), where substitution's partial results are T's own rows and keep ~fp32's bits.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ import triton.language as tl
 from .split_dot import dot_f16x2, dot_tf32x3, tile_max, to_f16
 
 
-_F16_SAFE = tl.constexpr(16384.0)            # merge_f16's sum |T| at most this (so every entry), else tf32x3
+_F16_SAFE = tl.constexpr(16384.0)            # merge_subst's sum |T| at most this (so every entry), else tf32x3
 
 
 @triton.jit
@@ -54,7 +61,7 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     BLOCK x BLOCK matrices [NB, BLOCK, BLOCK] (batched products: 1/NB^2 of the work of masked BT x BT
     tiles, and small register tiles), and the products with it as batched products over row blocks
     (X A_off) or column blocks (R X). Only the two or three BT x BT products of the merge remain.
-    SUBST_F16: the merge by block forward substitution on plain fp16 products instead (merge_f16)."""
+    SUBST_F16: the merge by block forward substitution on plain fp16 products instead (merge_subst)."""
     NB: tl.constexpr = BT // BLOCK
     o_i = tl.arange(0, BT)
     o_j = tl.arange(0, BLOCK)
@@ -73,7 +80,7 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
     # N = X A_off, row block by row block.
     b_Aoff = tl.reshape(tl.where(same_block, 0.0, b_A), [NB, BLOCK, BT])
     if SUBST_F16:
-        return merge_f16(b_X, b_Aoff, BT, BLOCK, F16_DOT)
+        return merge_subst(b_X, b_Aoff, BT, BLOCK, F16_DOT)
     b_N = tl.reshape(_dot3(b_X, b_Aoff, OWN_PARTS, F16_DOT), [BT, BT])
     b_R = eye - b_N
     b_P2 = b_N
@@ -87,61 +94,86 @@ def unit_lower_inverse_blocks(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BL
 
 
 @triton.jit
-def substitute_f16(b_X, b_N16, STEPS: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
-    """Block forward substitution: from T = X, STEPS times T <- X - N T on plain fp16 products (b_N16
-    already in fp16; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more
-    block row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal
-    blocks, and N = X A_off. Each step is one product accumulated onto X (-N in fp16 is exact): no
-    separate subtraction of the [BT, BT] tile. TRANSPOSED: the same steps on the transposes, given
-    X^T and N^T: T^T <- X^T - T^T N^T, the running tile the left operand, whose fp16 copy the matrix
-    units take from the registers it was formed in (as the right one it goes through shared memory)."""
+def _operand(x, F16_DOT: tl.constexpr, PRECISE: tl.constexpr):
+    """x as the substitution's products take it: rounded to fp16 (to_f16), or with PRECISE as it is
+    (fp32, split into tf32 parts by the product)."""
+    if PRECISE:
+        y = x
+    else:                           # (one return: the compiler types both branches' returns alike)
+        y = to_f16(x, F16_DOT)
+    return y
+
+
+@triton.jit
+def _dot(a, b, acc, F16_DOT: tl.constexpr, PRECISE: tl.constexpr):
+    """acc + a @ b (acc None: a @ b): one plain fp16 product with an fp32 sum, or with PRECISE three at
+    tf32 from our own parts (split_dot.dot_tf32x3)."""
+    if PRECISE:
+        r = dot_tf32x3(a, b, acc)
+    else:
+        r = tl.dot(to_f16(a, F16_DOT), to_f16(b, F16_DOT), acc)
+    return r
+
+
+@triton.jit
+def substitute(b_X, b_N, STEPS: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False,
+               PRECISE: tl.constexpr = False):
+    """Block forward substitution: from T = X, STEPS times T <- X - N T (b_N already as _operand
+    takes it; X and T fp32, [BT, BT] or batched [NB, BLOCK, BLOCK]). Each step makes one more block
+    row final, so STEPS = blocks - 1 gives (I + A)^-1 from X, the inverses of A's diagonal blocks,
+    and N = X A_off. Each step is one product accumulated onto X (-N in fp16 is exact): no separate
+    subtraction of the [BT, BT] tile. TRANSPOSED: the same steps on the transposes, given X^T and
+    N^T: T^T <- X^T - T^T N^T, the running tile the left operand, whose fp16 copy the matrix units
+    take from the registers it was formed in (as the right one it goes through shared memory)."""
     b_T = b_X
-    b_negN16 = -b_N16
+    b_negN = -b_N
     for _ in tl.static_range(STEPS):
         if TRANSPOSED:
-            b_T = tl.dot(to_f16(b_T, F16_DOT), b_negN16, b_X)
+            b_T = _dot(b_T, b_negN, b_X, F16_DOT, PRECISE)
         else:
-            b_T = tl.dot(b_negN16, to_f16(b_T, F16_DOT), b_X)
+            b_T = _dot(b_negN, b_T, b_X, F16_DOT, PRECISE)
     return b_T
 
 
 @triton.jit
-def merge_f16(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr,
-              TRANSPOSED: tl.constexpr = False):
+def merge_subst(b_X, b_Aoff, BT: tl.constexpr, BLOCK: tl.constexpr, F16_DOT: tl.constexpr,
+                TRANSPOSED: tl.constexpr = False, PRECISE: tl.constexpr = False):
     """(I + A)^-1 [BT, BT] from the inverses of its diagonal blocks X [NB, BLOCK, BLOCK] and A's
     off-diagonal blocks b_Aoff [NB, BLOCK, BT] (row blocks), by block forward substitution:
     (I + A) T = I gives T = X - N T with N = X A_off strictly block-lower, so from T = X each step
     T <- X - N T makes one more block row final (NB - 1 steps). Every product is one fp16 product
-    with an fp32 sum, of N and T's own rows: nothing like the product form's partial products, which
-    grow binomially where keys are near parallel and need 22 bits. 11 bits keep T within 1.5x of its
-    own fp16 rounding on random keys, ~10x on near-parallel ones (benchmarks/NOTES.md v18,
-    precision_study.py; the fp16 walk's o and S move by at most a few % there).
-    TRANSPOSED: T^T from the blocks' X^T and A^T's off-diagonal blocks as a [BT, BT] tile: N^T =
-    A_off^T X^T, column block c of it (column block c of A_off^T) X_c^T, then substitute_f16's
+    with an fp32 sum (PRECISE: tf32x3), of N and T's own rows: nothing like the product form's
+    partial products, which grow binomially where keys are near parallel and need 22 bits. 11 bits
+    keep T within 1.5x of its own fp16 rounding on random keys, ~10x on near-parallel ones
+    (benchmarks/NOTES.md v18, precision_study.py; the fp16 walk's o and S move by at most a few %
+    there). TRANSPOSED: T^T from the blocks' X^T and A^T's off-diagonal blocks as a [BT, BT] tile:
+    N^T = A_off^T X^T, column block c of it (column block c of A_off^T) X_c^T, then substitute's
     transposed steps."""
     NB: tl.constexpr = BT // BLOCK
     o_b = tl.arange(0, NB)
     if TRANSPOSED:
         b_Ac = tl.permute(tl.reshape(b_Aoff, [BT, NB, BLOCK]), (1, 0, 2))          # [NB, BT, BLOCK]
-        b_N = tl.dot(to_f16(b_Ac, F16_DOT), to_f16(b_X, F16_DOT))
+        b_N = _dot(b_Ac, b_X, None, F16_DOT, PRECISE)
         b_N = tl.reshape(tl.permute(b_N, (1, 0, 2)), [BT, BT])
     else:
-        b_N = tl.reshape(tl.dot(to_f16(b_X, F16_DOT), to_f16(b_Aoff, F16_DOT)), [BT, BT])
+        b_N = tl.reshape(_dot(b_X, b_Aoff, None, F16_DOT, PRECISE), [BT, BT])
     # X as a BT x BT block-diagonal tile: block b of row block b, zeros elsewhere.
     b_Xf = tl.reshape(tl.where(o_b[:, None, None, None] == o_b[None, None, :, None], b_X[:, :, None, :], 0.0),
                       [BT, BT])
-    return substitute_f16(b_Xf, to_f16(b_N, F16_DOT), NB - 1, F16_DOT, TRANSPOSED)
+    return substitute(b_Xf, _operand(b_N, F16_DOT, PRECISE), NB - 1, F16_DOT, TRANSPOSED, PRECISE)
 
 
 @triton.jit
-def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False):
-    """(I + A)^-1 [BT, BT] (BT = 16, 32 or 64) on plain fp16 products only, no pairs: the inverses X4
-    of the 4 x 4 diagonal blocks as (I - A4)(I + A4^2) (A4^4 = 0; its partial products at most twice
-    the entries), then the 16 x 16 diagonal blocks by block forward substitution from X4 (T <- X4 - N T,
-    N = X4 A_off, three steps, batched over the blocks), then the whole tile from those (merge_f16).
-    precision_study.py's replay: T within ~1.2x of merge_f16's error after pairs (NOTES.md v18).
+def inverse_subst(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.constexpr = False,
+                  PRECISE: tl.constexpr = False):
+    """(I + A)^-1 [BT, BT] (BT = 16, 32 or 64) on plain fp16 products only, no pairs (PRECISE: at
+    tf32x3 from our own parts): the inverses X4 of the 4 x 4 diagonal blocks as (I - A4)(I + A4^2)
+    (A4^4 = 0; its partial products at most twice the entries), then the 16 x 16 diagonal blocks by
+    block forward substitution from X4 (T <- X4 - N T, N = X4 A_off, three steps, batched over the
+    blocks), then the whole tile from those (merge_subst). precision_study.py's replay: on fp16, T
+    within ~1.2x of merge_subst's error after pairs (NOTES.md v18).
     TRANSPOSED: T^T from A^T (strictly upper), every step transposed (X4^T = (I + (A4^T)^2)(I - A4^T),
-    N^T = A_off^T X^T, substitute_f16's transposed steps): the same products' sums, with each running
+    N^T = A_off^T X^T, substitute's transposed steps): the same products' sums, with each running
     tile the left operand of the next product (INVERSE="f16_subst_t")."""
     NB: tl.constexpr = BT // 16
     o_j = tl.arange(0, 16)
@@ -149,22 +181,29 @@ def inverse_f16(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.con
     eye = tl.where(o_j[:, None] == o_j[None, :], 1.0, 0.0)[None, :, :] + tl.zeros([NB, 16, 16], tl.float32)
     b_Ad = diagonal_blocks(b_A, BT, 16)
     b_A4 = tl.where(same4, b_Ad, 0.0)
-    b_P = tl.dot(to_f16(b_A4, F16_DOT), to_f16(b_A4, F16_DOT))
-    b_off4 = to_f16(tl.where(same4, 0.0, b_Ad), F16_DOT)
+    b_P = _dot(b_A4, b_A4, None, F16_DOT, PRECISE)
+    b_off4 = _operand(tl.where(same4, 0.0, b_Ad), F16_DOT, PRECISE)
     if TRANSPOSED:
-        b_X4 = tl.dot(to_f16(eye + b_P, F16_DOT), to_f16(eye - b_A4, F16_DOT))
-        b_N16 = to_f16(tl.dot(b_off4, to_f16(b_X4, F16_DOT)), F16_DOT)
+        b_X4 = _dot(eye + b_P, eye - b_A4, None, F16_DOT, PRECISE)
+        b_N16 = _operand(_dot(b_off4, b_X4, None, F16_DOT, PRECISE), F16_DOT, PRECISE)
     else:
-        b_X4 = tl.dot(to_f16(eye - b_A4, F16_DOT), to_f16(eye + b_P, F16_DOT))
-        b_N16 = to_f16(tl.dot(to_f16(b_X4, F16_DOT), b_off4), F16_DOT)
-    b_X = substitute_f16(b_X4, b_N16, 3, F16_DOT, TRANSPOSED)          # four 4 x 4 blocks a 16 x 16 one
+        b_X4 = _dot(eye - b_A4, eye + b_P, None, F16_DOT, PRECISE)
+        b_N16 = _operand(_dot(b_X4, b_off4, None, F16_DOT, PRECISE), F16_DOT, PRECISE)
+    b_X = substitute(b_X4, b_N16, 3, F16_DOT, TRANSPOSED, PRECISE)          # four 4 x 4 blocks a 16 x 16 one
     if NB == 1:
         return tl.reshape(b_X, [BT, BT])
     o_i = tl.arange(0, BT)
     b_off = tl.where((o_i[:, None] // 16) == (o_i[None, :] // 16), 0.0, b_A)
     if TRANSPOSED:
-        return merge_f16(b_X, b_off, BT, 16, F16_DOT, True)
-    return merge_f16(b_X, tl.reshape(b_off, [NB, 16, BT]), BT, 16, F16_DOT)
+        return merge_subst(b_X, b_off, BT, 16, F16_DOT, True, PRECISE)
+    return merge_subst(b_X, tl.reshape(b_off, [NB, 16, BT]), BT, 16, F16_DOT, False, PRECISE)
+
+
+@triton.jit
+def inverse_tf32x3(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr):
+    """(I + A)^-1 [BT, BT] by inverse_subst's substitution at tf32x3 from our own parts (~fp32's bits
+    wherever T itself is well scaled): INVERSE="subst", and the fallback of every fp16 form."""
+    return inverse_subst(b_A, BT, F16_DOT, False, True)
 
 
 @triton.jit
@@ -179,7 +218,7 @@ def inverse_f16_checked(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: 
     wide = tile_max(b_A) > 1.0
     if not wide:
         if INVERSE == "f16_subst":
-            b_T = inverse_f16(b_A, BT, F16_DOT)
+            b_T = inverse_subst(b_A, BT, F16_DOT)
         else:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT, True)
         wide = T_f16_unsafe(b_T)
@@ -202,11 +241,14 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
     no guards against infinities, which these finite tiles do not need). INVERSE="blocks_f16": from
     pairs of fp16 parts (split_dot.dot_f16x2) where the chunk's |A_ij| <= 1 (l2-normalised keys,
     |beta| <= 1, g <= 0): the partial products then stay below C(15, 7) = 6435, inside fp16's range;
-    any other chunk takes "blocks_parts" (a branch per chunk on max |A_ij|).
+    any other chunk takes "subst" (a branch per chunk on max |A_ij|).
     INVERSE="blocks_f16_subst": "blocks_f16" with step 2 by block forward substitution on plain fp16
-    products (merge_f16; a chunk whose T leaves fp16's range takes "blocks_parts" as well).
-    INVERSE="f16_subst": the same with step 1 on plain fp16 products too (inverse_f16; BLOCK = 16).
-    INVERSE="f16_subst_t": "f16_subst" on the transposes (inverse_f16's TRANSPOSED).
+    products (merge_subst; a chunk whose T leaves fp16's range takes "subst" as well).
+    INVERSE="f16_subst": the same with step 1 on plain fp16 products too (inverse_subst; BLOCK = 16).
+    INVERSE="f16_subst_t": "f16_subst" on the transposes (inverse_subst's TRANSPOSED).
+    INVERSE="subst": inverse_subst at tf32x3 (inverse_tf32x3), every fp16 form's fallback. The product
+    forms ("product", "blocks", "blocks_parts", "blocks_f16") lose T where keys are near parallel and
+    beta exceeds 1 (the module docstring); they stay as named knobs for comparison.
     """
     if INVERSE == "blocks_f16":
         # Pairs of fp16 parts where every |A_ij| <= 1 (the partial products then stay <= 6435), else
@@ -214,24 +256,26 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
         if tile_max(b_A) <= 1.0:
             b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, 2, F16_DOT)
         else:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+            b_T = inverse_tf32x3(b_A, BT, F16_DOT)
         return b_T
     if INVERSE == "f16_subst_t":
         # (wy_split_factors forms A^T in place; here from A, for the inverse's own tests.)
         b_At = tl.trans(b_A)
-        b_Tt = inverse_f16(b_At, BT, F16_DOT, True)
+        b_Tt = inverse_subst(b_At, BT, F16_DOT, True)
         if f16_out_of_range(b_At, b_Tt):
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+            b_T = inverse_tf32x3(b_A, BT, F16_DOT)
         else:
             b_T = tl.trans(b_Tt)
         return b_T
     if INVERSE == "blocks_f16_subst" or INVERSE == "f16_subst":
-        # As blocks_f16, with the merge on plain fp16 products (merge_f16; f16_subst: every step,
-        # inverse_f16); a chunk whose T leaves fp16's range is formed again at tf32x3.
+        # As blocks_f16, with the merge on plain fp16 products (merge_subst; f16_subst: every step,
+        # inverse_subst); a chunk whose T leaves fp16's range is formed again at tf32x3.
         b_T, wide = inverse_f16_checked(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
         if wide:
-            b_T = unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, True)
+            b_T = inverse_tf32x3(b_A, BT, F16_DOT)
         return b_T
+    if INVERSE == "subst":
+        return inverse_tf32x3(b_A, BT, F16_DOT)
     if INVERSE == "blocks" or INVERSE == "blocks_parts":
         return unit_lower_inverse_blocks(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE == "blocks_parts")
     o_i = tl.arange(0, BT)
@@ -266,7 +310,7 @@ def unit_lower_inverse(b_A, BT: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: t
 
 @triton.jit
 def f16_out_of_range(b_A, b_T):
-    """Whether inverse_f16's T of A [BT, BT] needs the tf32x3 fallback (int32 1 or 0): inverse_f16_checked's
+    """Whether inverse_subst's T of A [BT, BT] needs the tf32x3 fallback (int32 1 or 0): inverse_f16_checked's
     two tests (an entry |A_ij| > 1, or T_f16_unsafe), made after the inverse, so that no branch comes
     before it."""
     return ((tile_max(b_A) > 1.0) | T_f16_unsafe(b_T)).to(tl.int32)

@@ -28,8 +28,8 @@ from .schedule import (MAPS_SPLIT_CHUNKS, cdiv, choose_flag_group, choose_pieces
 
 SUBBLOCK = 16            # diagonal-block size of the in-chunk triangular inverse
 MAPS = "f16"             # the segment maps' operands by default (plan_forward's maps; v57)
-INVERSES = ("blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "product",
-            "substitution")   # inverse.unit_lower_inverse
+INVERSES = ("subst", "blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t",
+            "product", "substitution")   # inverse.unit_lower_inverse
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -249,7 +249,9 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``inverse`` defaults to "f16_subst" with the fp16 walk (v19: on plain fp16 products where a chunk's
     |A_ij| <= 1, tf32x3 elsewhere; v18's "blocks_f16_subst" formed the diagonal blocks from pairs of
     fp16 parts), "f16_subst_t" there where a WY program takes two heads (the same on the transposes,
-    v36), "blocks_parts" on the other split WY passes (v9), "product" otherwise.
+    v36), "subst" otherwise (block substitution at tf32x3, also every fp16 form's fallback: v9's
+    "blocks_parts" and v2's "product", the product forms, lost T to cancellation where keys are near
+    parallel and beta exceeds 1, o 5-10% off there; NOTES.md v66).
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
@@ -443,7 +445,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"inverse must be one of {', '.join(map(repr, INVERSES))}, got {inverse!r}")
     inverse_given = inverse is not None
     if inverse is None:
-        inverse = "blocks_parts" if wy_split > 0 else "product"
+        inverse = "subst"
     stages_given = walk_stages is not None
     wide_default = False          # the wide walk by the defaults below (where walk=None takes Gluon's)
     if block_v is None:

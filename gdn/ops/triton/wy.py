@@ -26,7 +26,7 @@ from ..common import triton_interpreting
 from .addressing import decay_ptrs, row_offsets, row_offsets_t, row_tile, row_vec
 from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square
 from .decay import chunk_decay, floored
-from .inverse import f16_out_of_range, inverse_f16, unit_lower_inverse, unit_lower_inverse_blocks
+from .inverse import f16_out_of_range, inverse_subst, inverse_tf32x3, unit_lower_inverse
 from .split_dot import split_dot, store_parts
 from .split_walk import feed_chunk, forgets
 
@@ -166,7 +166,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     fallback for the heads that fail after all of them (t_at_tf32x3), so that no branch parts one
     head's chain of products from the next's; otherwise each head's inverse waits behind its range
     test and its fallback (unit_lower_inverse).
-    INVERSE="f16_subst_t" (F16 only): inverse_f16 on the transposes, from A^T formed in place (D^T
+    INVERSE="f16_subst_t" (F16 only): inverse_subst on the transposes, from A^T formed in place (D^T
     and P^T too: decay_matrix's and store_attention's TRANSPOSED), T diag(beta) and P stored where
     the untransposed tiles go; without FALLBACK_AFTER a head that needs the fallback takes it right
     after its own store (t_at_tf32x3 either way, so both orders store the same bits).
@@ -225,7 +225,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         wide = 0
         if FALLBACK_AFTER or TR:
             # The fp16 inverse unconditionally: no branch between this head and the next.
-            b_T = inverse_f16(b_A, BT, F16_DOT, TR)
+            b_T = inverse_subst(b_A, BT, F16_DOT, TR)
             wide = f16_out_of_range(b_A, b_T)
             wide_bits += wide << j
             m_ok = m_tt & (wide == 0)
@@ -296,7 +296,7 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
                 K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
                 USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr):
     """T diag(beta) of value head i_hv + j of one chunk formed again from the inputs, its inverse at
-    tf32x3 (unit_lower_inverse_blocks from our own parts, as unit_lower_inverse's fallback), stored
+    tf32x3 (inverse_tf32x3, as unit_lower_inverse's fallback), stored
     in fp16 at t_out. k k^T, r_k, G, D and A as the fp16 path formed them (the same loads, products and
     sums, bit for bit), nothing of them kept in registers across that path."""
     o_k = tl.arange(0, BK)
@@ -306,7 +306,7 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
     b_g_all, b_beta_all = load_head_gates(g, beta, row0, i_hv, HV, o_t, m_t, HEADS)
     b_beta = head_column(b_beta_all, j, HEADS)
     b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
-    b_T = unit_lower_inverse_blocks(chunk_A(b_kkn, b_beta, b_D, BT), BT, BLOCK, LOG_BLOCKS, True)
+    b_T = inverse_tf32x3(chunk_A(b_kkn, b_beta, b_D, BT), BT, tl.float16)
     o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
     store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
 

@@ -125,10 +125,11 @@ def test_graph_capture_takes_no_flags(h200, monkeypatch):
 
 
 def test_fp32_inputs_take_tf32x3_without_splits():
-    """fp32 inputs: no bf16 parts, no fp16 walk, the product inverse, tf32x3 products."""
+    """fp32 inputs: no bf16 parts, no fp16 walk, the inverse by substitution at tf32x3 ("subst": the
+    product form lost T where keys are near parallel and beta exceeds 1), tf32x3 products."""
     q, v = tensors(2, 300, H=2, HV=2, K=64, V=64, dtype=torch.float32)
     p = plan_forward(q, v, None, scale=0.125, use_qk_l2norm=True)
-    assert (p.wy_split, p.state_split, p.f16, p.inverse, p.precision) == (0, 0, False, "product", "tf32x3")
+    assert (p.wy_split, p.state_split, p.f16, p.inverse, p.precision) == (0, 0, False, "subst", "tf32x3")
     assert (p.BT, p.BK, p.NT) == (64, 64, 5)
 
 

@@ -40,7 +40,7 @@ def test_fp16_walk_is_the_default_and_matches_reference(T, H, HV, K, V, C, dtype
 
 def test_fp16_walk_inverse_by_substitution():
     """inverse="blocks_f16_subst" (the in-chunk inverse's merge on plain fp16 products: gdn.ops.triton.
-    inverse.merge_f16), "f16_subst" (every step on them: inverse.inverse_f16) and "f16_subst_t" (the same on the
+    inverse.merge_subst), "f16_subst" (every step on them: inverse.inverse_subst) and "f16_subst_t" (the same on the
     transposes) on the hard case of the inverse, nearly parallel keys with beta near 1 and slow
     decay: within the fp16 walk's tolerances of the reference, as the pairs of fp16 parts are.
     Elsewhere than the fp16 walk the name is refused (tests/ops/triton/test_inverse.py: the inverse alone)."""
