@@ -8,7 +8,8 @@ Layout is channels-last, ``x [B, T, D]``, as the input projection produces it, s
 needed on the way in or out. Accumulation is float32 (float64 for float64 inputs).
 
 Dispatch: CUDA tensors go to the fused Triton kernel (``gdn/ops/triton/causal_conv1d.py``, float32
-accumulation), except float64 ones and every other device to the torch code below; ``backend="causal_conv1d"`` uses the ``causal-conv1d`` package.
+accumulation), float64 ones and every other device to the torch code below;
+``backend="causal_conv1d"`` uses the ``causal-conv1d`` package.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ much of it is exact (benchmarks/NOTES.md v8-v19 and v32, benchmarks/precision_st
 
 The product forms multiply partial products that grow binomially where keys are near parallel
 (with beta = 2, as 2^m C(15, m) in a 16 x 16 block): at tf32x3 their sums then cancel to a few %
-of T (o 5-10% off the float64 recurrence with beta = 2 and keys within ~20 degrees of each other,
+of T (o 5-26% off the float64 recurrence with beta = 2 and keys within ~20 degrees of each other,
 NOTES.md v66), where substitution's partial results are T's own rows and keep ~fp32's bits.
 """
 from __future__ import annotations

@@ -251,7 +251,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     fp16 parts), "f16_subst_t" there where a WY program takes two heads (the same on the transposes,
     v36), "subst" otherwise (block substitution at tf32x3, also every fp16 form's fallback: v9's
     "blocks_parts" and v2's "product", the product forms, lost T to cancellation where keys are near
-    parallel and beta exceeds 1, o 5-10% off there; NOTES.md v66).
+    parallel and beta exceeds 1, o 5-26% off there; NOTES.md v66).
     ``walk_loads`` which loads of the walk's loop are pipelined: "dots" (Triton's num_stages: those
     that feed products) or "all" (tl.range's: the output scaling r_q too). ``walk_tma``: the walk's
     tiles move by TMA (sm_90 on, rows in 16-byte multiples): None (default) in the fused walk (v10:
