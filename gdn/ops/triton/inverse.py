@@ -184,10 +184,11 @@ def inverse_subst(b_A, BT: tl.constexpr, F16_DOT: tl.constexpr, TRANSPOSED: tl.c
     b_P = _dot(b_A4, b_A4, None, F16_DOT, PRECISE)
     b_off4 = _operand(tl.where(same4, 0.0, b_Ad), F16_DOT, PRECISE)
     if TRANSPOSED:
-        b_X4 = _dot(eye + b_P, eye - b_A4, None, F16_DOT, PRECISE)
+        # (Each factor rounded as it is formed, in the order the fp16 kernels were measured in.)
+        b_X4 = _dot(_operand(eye + b_P, F16_DOT, PRECISE), eye - b_A4, None, F16_DOT, PRECISE)
         b_N16 = _operand(_dot(b_off4, b_X4, None, F16_DOT, PRECISE), F16_DOT, PRECISE)
     else:
-        b_X4 = _dot(eye - b_A4, eye + b_P, None, F16_DOT, PRECISE)
+        b_X4 = _dot(_operand(eye - b_A4, F16_DOT, PRECISE), eye + b_P, None, F16_DOT, PRECISE)
         b_N16 = _operand(_dot(b_X4, b_off4, None, F16_DOT, PRECISE), F16_DOT, PRECISE)
     b_X = substitute(b_X4, b_N16, 3, F16_DOT, TRANSPOSED, PRECISE)          # four 4 x 4 blocks a 16 x 16 one
     if NB == 1:

@@ -6,7 +6,8 @@ products of fp32 tiles this halves the matrix-unit time and the registers and sh
 operands, which is what kept the forward kernels spilling.
 
 tf32_parts / dot_tf32x3: Triton's tf32x3 products with the fp32 operands cut here, without the guard
-against infinities that Triton adds to every element (the WY pass's inverse, INVERSE="blocks_parts").
+against infinities that Triton adds to every element (the WY pass's inverse: INVERSE="subst", every
+fp16 inverse's fallback, and "blocks_parts").
 """
 from __future__ import annotations
 

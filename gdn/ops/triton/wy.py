@@ -244,15 +244,15 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
                       H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
         if TR and not FALLBACK_AFTER:
             if wide:
-                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
-                            USE_L2NORM, DOT_DTYPE, HEADS)
+                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, USE_L2NORM,
+                            DOT_DTYPE, HEADS)
     if FALLBACK_AFTER:
         # The heads whose chunk leaves fp16's range, formed again from the inputs at tf32x3 (rare: beta
         # past 1, gates that grow, T past 16384), after every head's fp16 path.
         for j in tl.static_range(HEADS):
             if (wide_bits >> j) & 1:
-                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, BLOCK, LOG_BLOCKS,
-                            USE_L2NORM, DOT_DTYPE, HEADS)
+                t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H, HV, K, BT, BK, USE_L2NORM,
+                            DOT_DTYPE, HEADS)
 
 
 @triton.jit
@@ -293,12 +293,12 @@ def keys_gram(b_k, BT: tl.constexpr, USE_L2NORM: tl.constexpr):
 
 @triton.jit
 def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr, HV: tl.constexpr,
-                K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, LOG_BLOCKS: tl.constexpr,
-                USE_L2NORM: tl.constexpr, DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr):
+                K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
+                DOT_DTYPE: tl.constexpr, HEADS: tl.constexpr):
     """T diag(beta) of value head i_hv + j of one chunk formed again from the inputs, its inverse at
-    tf32x3 (inverse_tf32x3, as unit_lower_inverse's fallback), stored
-    in fp16 at t_out. k k^T, r_k, G, D and A as the fp16 path formed them (the same loads, products and
-    sums, bit for bit), nothing of them kept in registers across that path."""
+    tf32x3 (inverse_tf32x3, as unit_lower_inverse's fallback), stored in fp16 at t_out. k k^T, r_k,
+    G, D and A as the fp16 path formed them (the same loads, products and sums, bit for bit),
+    nothing of them kept in registers across that path."""
     o_k = tl.arange(0, BK)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
                   other=0.0).to(DOT_DTYPE)
