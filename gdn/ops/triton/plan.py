@@ -31,6 +31,11 @@ MAPS = "f16"             # the segment maps' operands by default (plan_forward's
 INVERSES = ("subst", "blocks", "blocks_parts", "blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t",
             "product", "substitution")   # inverse.unit_lower_inverse
 
+# The fp16 walk stores P = scale q k^T D in fp16 unscaled: past 256 it would overflow, and below
+# 2^-10 its entries (|q . k| <= 1 with l2norm) fall to fp16's subnormals, o losing bits (a helper's
+# fuzz, NOTES.md v66: bf16 o 2.5e-2 at scale 1e-5, 2.0e-1 at 1e-6; the bf16-parts walk 3.3e-3).
+F16_SCALES = (2.0 ** -10, 256.0)
+
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -261,7 +266,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     ``operands`` the walk's matrix operands where it forms the writes from T diag(beta) (bf16 inputs,
     one segment): "bf16_parts" (each computed operand as two bf16 parts, 16 bits; bf16 inputs only)
     or "fp16" (one fp16 operand, 11 bits, the state and values scaled by powers of two:
-    gdn.ops.triton.walk_f16; needs |scale| <= 256; bf16 or fp16 inputs). None
+    gdn.ops.triton.walk_f16; needs 2^-10 <= |scale| <= 256, F16_SCALES; bf16 or fp16 inputs). None
     (default): "fp16" wherever it applies (v11; fp16 inputs v14, in one segment: 6x faster than
     their tf32 walk on an H200).
     ``walk="gluon"`` (fp16 walk only, CUDA only: Gluon has no interpreter) runs the state walk as
@@ -426,7 +431,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"operands='bf16_parts' needs bf16 inputs, got {q.dtype}")
     # fp16 inputs take the split machinery only into the fp16 walk, which reads q and k normalised to
     # fp16 and v as it is (their values are not sums of bf16 parts, which the bf16-split walk needs).
-    f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and abs(scale) <= 256
+    f16_inputs = (q.dtype == torch.float16 and operands in (None, "fp16") and _f16_scale(scale)
                   and attention == "stored" and factors != "wu" and wy_split != 0
                   and num_segments in (None, 1) and state_split == 2 and not fast_dots and wy_dtype == torch.float32)
     split_inputs = q.dtype == torch.bfloat16 or f16_inputs
@@ -436,7 +441,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     wy_split = wy_split if split_inputs else 0
     if wy_heads is not None and wy_heads > 1 and wy_split == 0:
         raise ValueError("wy_heads > 1 needs the split WY pass: bf16 inputs with wy_split unset, 2 or 3, or "
-                         "fp16 inputs on the fp16 walk (|scale| <= 256, one segment, state_split=2, "
+                         "fp16 inputs on the fp16 walk (2^-10 <= |scale| <= 256, one segment, state_split=2, "
                          "fast_dots=False, wy_dtype=torch.float32)")
     if attention not in ("walk", "stored"):
         raise ValueError(f"attention must be 'walk' or 'stored', got {attention!r}")
@@ -485,7 +490,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     f16 = operands == "fp16" or f16_inputs   # asked for (fp16 inputs: their only split walk); else where it applies
     # Where the fp16 walk can run, one segment unless so few sequences x value heads share the GPU
     # that segments joined by maps on its operands lose less (schedule.walks_one_segment).
-    f16_walkable = attn_in and factors != "wu" and abs(scale) <= 256      # all it needs but one segment
+    f16_walkable = attn_in and factors != "wu" and _f16_scale(scale)      # all it needs but one segment
     one_segment = f16_walkable and operands != "bf16_parts" and walks_one_segment(N * HV, NT, MAPS_SPLIT_CHUNKS)
     # The walk folds K x K maps (two bf16 parts, or fp32 tiles) in registers and shared memory: past
     # K = 128 they do not fit an SM (at K = 256 the fold alone asks 573 KB of shared memory).
@@ -506,8 +511,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
         raise ValueError(f"maps must be None, 'f16' or 'bf16_parts', got {maps!r}")
     maps_f16_fits = P > 1 and f16_walkable and q.dtype == torch.bfloat16 and operands != "bf16_parts"
     if maps == "f16" and P > 1 and not maps_f16_fits:
-        raise ValueError("maps='f16' needs bf16 inputs, |scale| <= 256 and the fp16 walk's operands (attention="
-                         "'stored', state_split=2, wy_split 2 or 3, fast_dots=False, wy_dtype=torch.float32, "
+        raise ValueError("maps='f16' needs bf16 inputs, 2^-10 <= |scale| <= 256 and the fp16 walk's operands "
+                         "(attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, wy_dtype=torch.float32, "
                          "operands and factors unset or 'fp16' and 't')")
     maps_f16 = maps_f16_fits and (maps or MAPS) == "f16"
     if maps_stages is not None and not (maps_f16 and _is_int(maps_stages, 1)):
@@ -532,7 +537,7 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     if operands is None:
         f16 = f16_fits
     if f16 and not f16_fits:
-        raise ValueError("operands='fp16' needs bf16 or fp16 inputs, |scale| <= 256 and the "
+        raise ValueError("operands='fp16' needs bf16 or fp16 inputs, 2^-10 <= |scale| <= 256 and the "
                          "walk that forms the writes from T diag(beta) (one segment, factors='t', "
                          "attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
                          "wy_dtype=torch.float32)")
@@ -727,3 +732,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
                 walk_priority=walk_priority, split_launches=split_launches, split_heads_in=split_heads_in,
                 walk_descriptors=walk_descriptors, decays_by_head=decays_layout == "heads",
                 maps_stages=maps_stages or walk_stages, common=common)
+
+
+def _f16_scale(scale: float) -> bool:
+    """Whether the fp16 walk keeps P = scale q k^T D in fp16's normal range (F16_SCALES)."""
+    return F16_SCALES[0] <= abs(scale) <= F16_SCALES[1]

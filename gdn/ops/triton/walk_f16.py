@@ -54,7 +54,19 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   S came out 0.12 off relative to itself, 2.5e-7 of the last chunk's starting state, in this walk
   and in both Gluon walks alike (bf16_parts 5e-5; the fp32 backends 1e-6). At 32 dims and chunks of
   32 (1e3 a chunk) it is 1e-3. o is not affected (1.6e-3 there).
-  operands="bf16_parts" (16 bits, bf16's range) has no such limits.
+  A third: beta near 2 on repeated or nearly parallel keys (each step a reflection, I - 2 k k^T,
+  which keeps the state's norm and so carries every rounding on instead of erasing it; T diag(beta)
+  then has rows of alternating ~+-2 across the chunk, so U's rows cancel ~BT terms of |S|'s size).
+  A helper's fuzz (NOTES.md v66; identical unit keys, T = 256, K = V = 32, chunks of 64): o / S
+  1.2e-1 / 2.4e-1 at beta 1.99 and 1.5e-1 / 3.7e-1 at beta 2 (bf16; fp16 up to 4.1e-1 / 7.5e-1),
+  6.7e-3 / 8.3e-3 at beta 1.9, growing with the chunk (S 3.4e-2 at chunks of 16, 0.24 at 64);
+  bf16_parts 5.1e-3 / 8.3e-3, the chunk backend 1.7e-3 / 2e-5.
+  And T diag(beta), P: beta |k|^2 <= 2 bounds T diag(beta) by ~beta, not by 2, where keys are far
+  from unit norm (no l2norm): |k| = 1e-3 with beta = 1e6 overflows (NaN), |k| = 300 with beta =
+  1e-5 falls to fp16's subnormals (o 1.2e-2, 1.1e-1 at |k| = 1000); P = scale q k^T D the same
+  way, for which plan_forward keeps this walk to 2^-10 <= |scale| <= 256.
+  operands="bf16_parts" (16 bits, bf16's range) has no such limits (at beta near 2 on repeated keys
+  it keeps ~30x less error than this walk, not fp32's).
 The knobs of the split walk (fused, walk_loads) do not apply here; q_late is refused (plan_forward).
 """
 from __future__ import annotations
