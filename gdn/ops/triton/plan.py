@@ -512,8 +512,8 @@ def plan_forward(q, v, cu_seqlens, *, scale, use_qk_l2norm, chunk_size=64, num_s
     maps_f16_fits = P > 1 and f16_walkable and q.dtype == torch.bfloat16 and operands != "bf16_parts"
     if maps == "f16" and P > 1 and not maps_f16_fits:
         raise ValueError("maps='f16' needs bf16 inputs, 2^-10 <= |scale| <= 256 and the fp16 walk's operands "
-                         "(attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, wy_dtype=torch.float32, "
-                         "operands and factors unset or 'fp16' and 't')")
+                         "(attention='stored', state_split=2, wy_split 2 or 3, fast_dots=False, "
+                         "wy_dtype=torch.float32, operands and factors unset or 'fp16' and 't')")
     maps_f16 = maps_f16_fits and (maps or MAPS) == "f16"
     if maps_stages is not None and not (maps_f16 and _is_int(maps_stages, 1)):
         raise ValueError("maps_stages needs the segment maps on fp16 operands (maps='f16', segments) and an int "
