@@ -53,13 +53,13 @@ def chunk_A(keys: str, beta: torch.Tensor, seed: int = 0, BT: int = BT) -> torch
 @pytest.mark.parametrize("keys", ["random", "parallel"])
 @pytest.mark.parametrize("how", ["blocks_f16", "blocks_f16_subst", "f16_subst", "f16_subst_t", "blocks_parts", "subst"])
 def test_inverse_against_float64(keys, how, bt):
-    """Pairs of fp16 parts and tf32x3 keep ~22 bits (less where the product form's partial products
-    grow: parallel keys; substitution at tf32x3, "subst", keeps them there too); the merge by fp16
-    substitution keeps T to a few times fp16's rounding (2^-11 = 4.9e-4) either way, where plain fp16 products in the product form would lose every bit
-    (precision_study.py; benchmarks/NOTES.md v18), and so does f16_subst, whose diagonal blocks are on
-    plain fp16 products too, and f16_subst_t, the same on the transposes. Chunks of 16: no merge; of
-    32: one substitution step; of 64: three. The substitutions' T is not the tf32x3 one: the fp16 path
-    ran, not the fallback."""
+    """Pairs of fp16 parts and tf32x3 keep ~22 bits (less where the product form's partial products grow:
+    parallel keys; substitution at tf32x3, "subst", keeps them there too); the merge by fp16 substitution
+    keeps T to a few times fp16's rounding (2^-11 = 4.9e-4) either way, where plain fp16 products in the
+    product form would lose every bit (precision_study.py; benchmarks/NOTES.md v18), and so does f16_subst,
+    whose diagonal blocks are on plain fp16 products too, and f16_subst_t, the same on the transposes.
+    Chunks of 16: no merge; of 32: one substitution step; of 64: three. The substitutions' T is not the
+    tf32x3 one ("subst", their fallback): the fp16 path ran."""
     rtol = {"blocks_f16": (1e-6, 2e-4), "blocks_f16_subst": (5e-4, 2e-3), "f16_subst": (5e-4, 2e-3),
             "f16_subst_t": (5e-4, 2e-3), "blocks_parts": (1e-6, 2e-4), "subst": (1e-6, 1e-5)}[how]
     rtol = rtol[keys == "parallel"]
