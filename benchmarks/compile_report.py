@@ -20,7 +20,7 @@ memory), HGMMA (warpgroup MMAs, how many take bf16 / tf32 operands), HMMA (mma.s
 (local-memory loads/stores in the SASS: spills and register arrays), cvt (ttg.convert_layout ops in
 the TTGIR: register shuffles, mostly through shared memory), instr (SASS instructions), loop
 (instructions / HGMMA / LDL+STL in the largest loop body: one chunk of the state walk or segment
-maps, their critical path; "-N": N of those instructions sit in a block behind a forward branch
+maps, their critical path; "-N": N of those instructions sit in blocks behind forward branches
 of 100 or more, e.g. the posterior split's checkpoint, which one chunk of all takes), ser (ptxas reports wgmma serialized for lack of registers), ur? (reads
 of uniform registers that nothing wrote before: a miscompile, see undefined_uniform_reads; must be 0).
 """
@@ -208,11 +208,14 @@ def sass_info(cubin):
         return c
     body = [i for i in instrs if loop[0] <= i[0] <= loop[1]]
     in_loop = count(body)
-    # The loop's largest block behind a forward branch: code a chunk skips unless, e.g., it is the
-    # split's checkpoint (taken once).
-    in_loop["skipped"] = max([sum(1 for a, _, _ in body if addr < a < target) for addr, op, rest in body
-                              if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest))
-                              and addr < (target := int(m.group(1), 16)) <= loop[1]], default=0)
+    # The loop's blocks behind forward branches over 100 or more instructions: code a chunk skips
+    # unless, e.g., it is the split's checkpoint (taken once) or a chunk whose T diag(beta) carries
+    # its low parts (rare). Nested or overlapping ones counted once.
+    spans = [(addr, target) for addr, op, rest in body
+             if op.startswith("BRA") and (m := re.search(r"0x([0-9a-f]+)", rest))
+             and addr < (target := int(m.group(1), 16)) <= loop[1]]
+    spans = [(lo, hi) for lo, hi in spans if sum(1 for a, _, _ in body if lo < a < hi) >= 100]
+    in_loop["skipped"] = sum(1 for a, _, _ in body if any(lo < a < hi for lo, hi in spans))
     return count(instrs), in_loop, sass
 
 

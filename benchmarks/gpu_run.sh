@@ -14,6 +14,7 @@
 #   before SECTION_TIMEOUT prints its stacks and ends (a hung kernel, NOTES.md v45); "sweep"
 #   runs benchmarks/knob_sweep.py on the GPU ($GDN_SWEEP_ARGS, default 60 single-knob cases from
 #   seed 0, no case started after $GDN_SWEEP_MINUTES, default 4);
+#   "hard" runs benchmarks/hard_inputs.py with the peers ($GDN_HARD_ARGS: its arguments);
 #   "cache" writes Triton's cache to $OUT/triton-cache.tar.xz (scripts/triton_cache.sh: merge it into
 #   .tcache/ with `bash scripts/precompile_triton.sh --merge ARCHIVE none`, and later calls start with
 #   those kernels compiled). Every call writes the machine's Triton build to $OUT/triton-build.json
@@ -43,6 +44,11 @@ case "$what" in
                     timeout -s INT -k 30 "${SECTION_TIMEOUT:-400}" python3 -m pytest -v -rf --tb=short \
                         -p no:cacheprovider --durations=15 -o faulthandler_timeout="${GDN_TEST_HANG_S:-150}" \
                         ${GDN_PYTEST:-tests/ops/triton} ;;
+                hard)
+                    # Hard inputs inside the limits, ours beside the peers (benchmarks/hard_inputs.py).
+                    source scripts/unpack_peers.sh
+                    # shellcheck disable=SC2086  # GDN_HARD_ARGS is a list of arguments
+                    timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/hard_inputs.py ${GDN_HARD_ARGS:-} ;;
                 sweep)
                     # shellcheck disable=SC2086  # GDN_SWEEP_ARGS is a list of arguments
                     timeout "${SECTION_TIMEOUT:-400}" python3 benchmarks/knob_sweep.py --device cuda \

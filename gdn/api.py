@@ -35,13 +35,14 @@ def gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output
             0 in float32, so exact for g <= 0; -inf is a reset, not NaN): several resets in one
             chunk leave its later decays ~1e-4 off (fp32 inputs, a reset every 13 tokens: o
             1.1e-5, S 6e-5 from float64). A NaN in g stays NaN in o.
-        beta: ``[B, T, HV]`` write strength (usually in [0, 1]). "triton" with bf16 / fp16 inputs
-            runs its state walk on fp16 operands (11 bits): where beta nears 2 on repeated or nearly
-            parallel keys (each step a reflection, which carries rounding errors on instead of
-            erasing them) o and S there can be 1e-2 to 4e-1 off (identical keys, beta 1.99; beta <= 1:
-            ~2e-3), and without l2norm T diag(beta) is kept in fp16 as is, so beta past ~6e4 gives
-            NaN and entries below ~1e-4 lose bits (benchmarks/NOTES.md v66). "chunk" keeps fp32's
-            accuracy there.
+        beta: ``[B, T, HV]`` write strength (usually in [0, 1]; up to 2 / |k|^2 keeps the recurrence
+            stable). "triton" with bf16 / fp16 inputs runs its state walk on fp16 operands (11 bits),
+            with T diag(beta) in two fp16 parts where a chunk's beta and keys need it (beta past 1
+            on near-parallel keys, where each step is nearly a reflection, which carries rounding
+            errors on: identical keys at beta 1.99 gave o and S 1e-1 off before, ~5e-3 now;
+            benchmarks/NOTES.md v67). Without l2norm T diag(beta) is kept in fp16 as is, so beta
+            past ~6e4 gives NaN and entries below ~1e-4 lose bits (NOTES.md v66); "chunk" keeps
+            fp32's accuracy there.
         scale: output scale, default ``K ** -0.5``.
         initial_state: ``[N, HV, K, V]`` state before the first token of each sequence (zeros if None).
         output_final_state: also return the state after the last token of each sequence.

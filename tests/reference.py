@@ -94,6 +94,22 @@ def parallel_key_inputs(beta_max=1.0, *, device="cpu", T=128, K=32, V=32):
     return tuple(x.to(device) for x in (q, k, v, g, beta, S0))
 
 
+def repeated_key_inputs(beta, *, device="cpu", T=256, K=32, V=32, H=1, HV=2, dtype=torch.bfloat16):
+    """Every key of a head the same unit direction, beta constant (near 2: each step a reflection,
+    I - beta k k^T, which keeps the state's norm and carries every rounding on) and g = 0 (nothing
+    forgets), for B = 1: T diag(beta)'s rows alternate in sign across the chunk, the same in every
+    chunk, so its fp16 rounding grew into o and S (the fp16 walk 7e-2 / 1.7e-1 off at beta 1.9 before
+    the WY pass stored its low parts, NOTES.md v67). q random; q, k, v in dtype, g, beta fp32.
+    Returns q, k, v, g, beta."""
+    gen = torch.Generator().manual_seed(1)
+    k = torch.nn.functional.normalize(torch.randn(1, 1, H, K, generator=gen), dim=-1).expand(1, T, H, K)
+    q = torch.randn(1, T, H, K, generator=gen)
+    v = torch.randn(1, T, HV, V, generator=gen)
+    g = torch.zeros(1, T, HV)
+    b = torch.full((1, T, HV), float(beta))
+    return tuple(x.to(device) for x in (q.to(dtype), k.to(dtype).contiguous(), v.to(dtype), g, b))
+
+
 # (values' scale, initial state's scale, what else): magnitudes far past fp16's range (65504 down to
 # 6e-5), jumps inside a sequence, a gate that forgets at a chunk's start, all zeros: for the walks on
 # fp16 operands scaled by powers of two (gdn.ops.triton.walk_f16 and the Gluon walks).

@@ -142,14 +142,15 @@ def _segment_maps_kernel(
 
 @triton.jit
 def _segment_maps_f16_kernel(
-    k, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P,
+    k, g, beta, Gc, v, tb, t_low, maps_A, maps_A2, maps_B, T, L, P,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BM: tl.constexpr, NMK: tl.constexpr, DOT_DTYPE: tl.constexpr, F16_DOT: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """[A | B] of segment i_p on the fp16 walk's operands (maps="f16"): BM columns a program (grid:
     column blocks x sequences x value heads on one axis, as the walk's, segments), each
     chunk walk_f16.walk_chunk_f16's step (MAP: no outputs), from the WY pass's fp16 copies of k
-    (kn), T diag(beta) (tb) and its decays G (Gc), the same as the walk that then reads the maps.
+    (kn), T diag(beta) (tb, its chunks' flags t_low) and its decays G (Gc), the same as the walk that
+    then reads the maps.
     [A | B] starts at [I | 0] scaled as the walk scales its state; A's columns see zero values.
     A is stored as two bf16 parts (maps_A, maps_A2 [maps, K, K]: 16 bits, for the walk's fold on
     bf16 parts, as _segment_maps_kernel's), B in fp32 (maps_B [maps, K, V]: it is only added)."""
@@ -166,7 +167,7 @@ def _segment_maps_f16_kernel(
         k, v, tb = d_k, d_v, d_T
     # walk_f16's tensors: k in q's place, T in P's and v in o's (MAP reads neither q nor P, writes no
     # o), g in those of w, u and the norms (which it never reads).
-    tensors = (k, k, g, beta, g, g, g, g, g, g, Gc, tb, tb, v, tb, tb, v)
+    tensors = (k, k, g, beta, g, g, g, g, g, g, Gc, tb, tb, v, tb, tb, v, t_low)
     where = (tok0, T, i_h, i_hv, i_nh, i_v, o_k, o_c, m_c, m_k[:, None] & m_c[None, :])
     for c in range(c0, c1):
         b_M, b_sig = walk_chunk_f16(c, b_M, b_sig, tensors, where, 1.0, H, HV, K, V, BT, BK, BM, DOT_DTYPE,
@@ -199,7 +200,7 @@ def _walk_chunk(c, b_S, tensors, where, scale,
     """Chunk c of the state walk (_chunk_fwd_kernel, whose docstring says what each flag does): its
     outputs, and the state after it, returned. tensors and where: the kernel's pointers (with TMA,
     descriptors for q, k, v, the parts of P and T and o) and this program's place, as tuples."""
-    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, t_low = tensors
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     b_q, b_k, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
         q, k, g, beta, tok0, c * BT, T_seq, i_h, i_hv, H, HV, K, BT, BK, USE_L2NORM, DOT_DTYPE,
@@ -285,8 +286,8 @@ def wait_group(done, i_n, i_hv, c, NT, HV: tl.constexpr, GROUP: tl.constexpr, HE
 
 @triton.jit(do_not_specialize=["C_BEGIN", "C_END"])     # piece bounds: one compiled kernel for all
 def _chunk_fwd_kernel(
-    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, h0, ht, maps_A, maps_A2, maps_A3, maps_B,
-    cu_seqlens, seq_order, done, scale, T, L, P, C_BEGIN, C_END,
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, t_low, o, h0, ht, maps_A, maps_A2, maps_A3,
+    maps_B, cu_seqlens, seq_order, done, scale, T, L, P, C_BEGIN, C_END,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr,
     IS_VARLEN: tl.constexpr, HAS_H0: tl.constexpr, STORE_FINAL: tl.constexpr,
@@ -305,6 +306,8 @@ def _chunk_fwd_kernel(
     wy.store_attention) and the cumulative log-decays G (Gc) come from the WY pass. T_IN (with
     ATTN_IN): the WY pass stored T diag(beta) (two bf16 parts at tb, tb2 [tokens, HV, BT]) instead of
     w and u, and the walk forms the writes from the values v: U = T diag(beta) (v - (r_k e^G) . (k S)).
+    F16 (T_IN): one fp16 tile of T diag(beta) at tb, and t_low [tokens, HV] int32 flags the chunks
+    whose tile carries its low parts too (walk_f16.low_part_fix).
     IS_VARLEN with LONGEST_FIRST: program row i walks sequence seq_order[i // HV] (the launcher orders
     them longest first). FUSED (T_IN, BV <= 32): each product of bf16 parts as one matrix product
     (split_dot.dot_cat). WAIT (one segment, C_BEGIN = 0): the WY pass runs beside the walk over the
@@ -380,9 +383,9 @@ def _chunk_fwd_kernel(
         d_P2 = rows_desc(attn2, tok0, i_hv, T_seq, HV, BT, BT, BT)
         d_T = rows_desc(tb, tok0, i_hv, T_seq, HV, BT, BT, BT)
         d_T2 = rows_desc(tb2, tok0, i_hv, T_seq, HV, BT, BT, BT)
-        tensors = (d_q, d_k, g, beta, w, w2, w3, u, rq, rk, Gc, d_P, d_P2, d_v, d_T, d_T2, d_o)
+        tensors = (d_q, d_k, g, beta, w, w2, w3, u, rq, rk, Gc, d_P, d_P2, d_v, d_T, d_T2, d_o, t_low)
     else:
-        tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o)
+        tensors = (q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, t_low)
     where = (tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv)
     # F16: the WY pass counts each group of value heads (which share q and k, stored by the first).
     COUNTED: tl.constexpr = HV // H if F16 else 1

@@ -1,7 +1,8 @@
 """One chunk's tiles in and out of memory, as every kernel reads and writes them: a chunk's q, k, g
 and beta with the keys' and queries' l2-norm factors (load_chunk), the cumulative log-decays the
 WY pass stores (load_chunk_decays), and the [BT, BT] tiles it stores for the walks (store_square,
-load_chunk_square: T diag(beta) and the output attention, as two bf16 parts or one fp16 tile).
+load_chunk_square: T diag(beta) and the output attention, as two bf16 parts or one fp16 tile;
+store_t_f16: the fp16 T diag(beta) with its low parts where a chunk needs them).
 Rows are tokens of [tokens, heads, dim] tensors (gdn.ops.triton.addressing)."""
 from __future__ import annotations
 
@@ -81,6 +82,22 @@ def store_square(p, p2, b, mask, F16: tl.constexpr):
         tl.store(p, b.to(tl.float16), mask=mask)
     else:
         store_parts(p, p2, p2, b, mask, 2)
+
+
+@triton.jit
+def store_t_f16(p, b_Tb, mask, LOW, BT: tl.constexpr):
+    """T diag(beta) [BT, BT] fp32 (lower triangular) as the fp16 walk's one fp16 tile at p; where LOW (an
+    int32 1 a chunk, else 0) also each strictly lower entry's rounding residual Tb - fp16(Tb), rounded
+    to fp16, at its transposed place: the tile's strictly upper triangle, zero otherwise. The walks
+    add that part's product where the chunk's flag (the WY pass's t_low) says so
+    (walk_f16.low_part_fix): with beta near 2 on near-parallel keys T diag(beta)'s rows alternate in
+    sign, and its fp16 rounding, the same in every such chunk, grew into the state (NOTES.md v67)."""
+    b_hi = b_Tb.to(tl.float16)
+    if LOW:
+        o_i = tl.arange(0, BT)
+        b_lo = tl.where(o_i[:, None] > o_i[None, :], b_Tb - b_hi.to(tl.float32), 0.0)
+        b_hi = (b_hi.to(tl.float32) + tl.trans(b_lo)).to(tl.float16)      # disjoint triangles: exact
+    tl.store(p, b_hi, mask=mask)
 
 
 @triton.jit

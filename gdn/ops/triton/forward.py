@@ -187,12 +187,15 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         w = torch.empty(B, T, HV, K, dtype=p.wy_dtype, device=q.device)
     if not p.t_in:
         u = torch.empty(B, T, HV, V, dtype=torch.float32 if p.state_split > 0 else p.wy_dtype, device=q.device)
-    Gc = attn = attn2 = dummy
+    Gc = attn = attn2 = t_low = dummy
     if p.attn_in:
         # [tokens, HV], or one head's tokens contiguous (decays_layout="heads": addressing.decay_ptrs).
         Gc = torch.empty(*((HV, B * T) if p.decays_by_head else (B, T, HV)), dtype=torch.float32, device=q.device)
         if p.f16:
             attn = attn2 = torch.empty(B, T, HV, BT, dtype=torch.float16, device=q.device)
+            # Each chunk's flag (at its first row, in G's layout): its T diag(beta) tile carries its low
+            # parts (chunk_io.store_t_f16), which the walks then add.
+            t_low = torch.empty(Gc.shape, dtype=torch.int32, device=q.device)
         else:
             attn_parts = torch.empty(2, B, T, HV, BT, dtype=torch.bfloat16, device=q.device)
             attn, attn2 = attn_parts[0], attn_parts[1]
@@ -218,7 +221,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         slots = N * n_chunks if cu_seqlens is None else NT + N     # varlen: an upper bound, no host sync
         forget_ln, forget_block = splits.forgets_constants(forget[3], BT) if forget else (0.0, 64)
         launch(wy_kernel, (slots * (HV // p.wy_heads),),
-            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, qn, kn, scale, chunk_offsets,
+            q, k, v, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, tb, tb2, t_low, qn, kn, scale, chunk_offsets,
             slot_seqs, dummy if cu_seqlens is None else cu_seqlens, dummy if done is None else done, T, n_chunks,
             slots, c_first, *(feed or (0, 0, 0)), *(forget or (dummy, 0, 0, 0, 0)), forget_ln, B * T,
             SIGNAL=done is not None,
@@ -252,7 +255,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         h_out is given, the state after the last chunk."""
         if p.walk == "gluon":            # all chunks from h0 in one launch (pieces only with flags: done)
             from .walk_gluon import walk_gluon
-            walk_gluon(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
+            walk_gluon(qn, kn, v, tb, attn, Gc, t_low, beta, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
                        p.walk_warps or p.num_warps, p.walk_maxnreg, cu_seqlens,
                        seq_order if cu_seqlens is not None and p.longest_first else None, done,
                        flag_group if done is not None else 1, skip_heads, walk_descs, skip_late,
@@ -260,13 +263,14 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
             return
         if p.walk == "gluon_t":          # as "gluon", on the transposed state
             from .walk_gluon_t import walk_gluon_t
-            walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages, cu_seqlens,
-                         seq_order if cu_seqlens is not None and p.longest_first else None, done,
+            walk_gluon_t(qn, kn, v, tb, attn, Gc, t_low, beta, o, h_in, h_out, scale, H, HV, BT, BV, p.walk_stages,
+                         cu_seqlens, seq_order if cu_seqlens is not None and p.longest_first else None, done,
                          flag_group if done is not None else 1, split, one_launch=p.split_launches == 1,
                          descs_in_kernel=descs_in_kernel, decays_by_head=p.decays_by_head)
             return
         launch(_chunk_fwd_kernel, (NV * N * HV, P),
-            walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, dummy if h_in is None else h_in,
+            walk_q, walk_k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, t_low, o,
+            dummy if h_in is None else h_in,
             dummy if h_out is None else h_out,
             maps_A, maps_A2, maps_A3, maps_B, dummy if cu_seqlens is None else cu_seqlens, seq_order,
             dummy if done is None else done, scale, T, L, P, c_first, c_end, BV=BV,
@@ -300,7 +304,8 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         """The automatic split's chosen heads (heads [N x HV] int32, nonzero) in certified segments
         (cert: split_walk.posterior's or certified's), walk_gluon_t at 64 columns and one stage."""
         from .walk_gluon_t import walk_gluon_t
-        walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert, split_heads=heads,
+        walk_gluon_t(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT, 64, 1, split=cert,
+                     split_heads=heads,
                      descs=descs, one_launch=p.split_launches == 1, descs_in_kernel=descs_in_kernel,
                      decays_by_head=p.decays_by_head)
 
@@ -474,7 +479,7 @@ def _forward(q, k, v, g, beta, *, scale: float, initial_state=None, output_final
         NMK = cdiv(K, BV)
         if p.f16:        # the maps by the fp16 walk's step, from what that walk reads
             launch(_segment_maps_f16_kernel, ((NMK + NV) * N * HV, P - 1),
-                kn, g, beta, Gc, v, tb, maps_A, maps_A2, maps_B, T, L, P, H=H, HV=HV, K=K, V=V, BT=BT, BK=BK,
+                kn, g, beta, Gc, v, tb, t_low, maps_A, maps_A2, maps_B, T, L, P, H=H, HV=HV, K=K, V=V, BT=BT, BK=BK,
                 BM=BV, NMK=NMK, DOT_DTYPE=p.dot_dtype, F16_DOT=p.f16_dot, TMA=tma, num_stages=p.maps_stages,
                 num_warps=p.walk_warps or p.num_warps)
         else:

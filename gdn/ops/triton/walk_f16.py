@@ -54,19 +54,25 @@ fp16 has a narrow range (normal from 2^-14, largest 65504), so nothing goes to f
   S came out 0.12 off relative to itself, 2.5e-7 of the last chunk's starting state, in this walk
   and in both Gluon walks alike (bf16_parts 5e-5; the fp32 backends 1e-6). At 32 dims and chunks of
   32 (1e3 a chunk) it is 1e-3. o is not affected (1.6e-3 there).
-  A third: beta near 2 on repeated or nearly parallel keys (each step a reflection, I - 2 k k^T,
-  which keeps the state's norm and so carries every rounding on instead of erasing it; T diag(beta)
-  then has rows of alternating ~+-2 across the chunk, so U's rows cancel ~BT terms of |S|'s size).
-  A helper's fuzz (NOTES.md v66; identical unit keys, T = 256, K = V = 32, chunks of 64): o / S
-  1.2e-1 / 2.4e-1 at beta 1.99 and 1.5e-1 / 3.7e-1 at beta 2 (bf16; fp16 up to 4.1e-1 / 7.5e-1),
-  6.7e-3 / 8.3e-3 at beta 1.9, growing with the chunk (S 3.4e-2 at chunks of 16, 0.24 at 64);
-  bf16_parts 5.1e-3 / 8.3e-3, the chunk backend 1.7e-3 / 2e-5.
+  Beta near 2 on repeated or nearly parallel keys (each step a reflection, I - 2 k k^T, which keeps
+  the state's norm and so carries every rounding on instead of erasing it) was a third: T
+  diag(beta)'s rows then alternate in sign across the chunk (row sums of |T diag(beta)| ~38 at beta
+  1.9, ~190 at 1.99 where the true rows sum to ~2), and its fp16 rounding, the same in every chunk of
+  repeated keys, grew into o and S (identical keys, K = V = 32 in the interpreter: o / S 7e-2 /
+  1.7e-1 at beta 1.9, 1.2e-1 / 2.4e-1 at 1.99; on an H100 at K = V = 128, FLA and FlashQLA 0.4 /
+  0.65 at 1.9 and past 1e19 at 1.99). Rounding Z and the state cost far less (an emulation in
+  float64: 8e-4 and 2e-4 of it). Since v67 the WY pass stores, for every chunk with some |A_ij| > 1
+  (where it formed T at tf32x3), T diag(beta)'s low parts in the tile's free strictly upper triangle
+  and flags the chunk (chunk_io.store_t_f16, its t_low), and the walk adds their product
+  (low_part_fix; the Gluon walks' walk_gluon.low_parts), the diagonal's from beta itself (without it
+  2.5e-2 was left): o / S 3.1e-3 / 3.5e-3 at beta 1.9 and 5.0e-3 / 4.8e-3 at 1.99 on the GPU
+  (benchmarks/hard_inputs.py; interpreter 4e-3 / 3e-3), the bf16 output's rounding and the fp16
+  writes U. Chunks with |A_ij| <= 1 (beta <= 1 with l2norm) store and add nothing.
   And T diag(beta), P: beta |k|^2 <= 2 bounds T diag(beta) by ~beta, not by 2, where keys are far
   from unit norm (no l2norm): |k| = 1e-3 with beta = 1e6 overflows (NaN), |k| = 300 with beta =
   1e-5 falls to fp16's subnormals (o 1.2e-2, 1.1e-1 at |k| = 1000); P = scale q k^T D the same
   way, for which plan_forward keeps this walk to 2^-10 <= |scale| <= 256.
-  operands="bf16_parts" (16 bits, bf16's range) has no such limits (at beta near 2 on repeated keys
-  it keeps ~30x less error than this walk, not fp32's).
+  operands="bf16_parts" (16 bits, bf16's range) has no such limits.
 The knobs of the split walk (fused, walk_loads) do not apply here; q_late is refused (plan_forward).
 """
 from __future__ import annotations
@@ -133,6 +139,24 @@ def state_bound(b_G_last, b_mS, b_Uc, b_tau):
 
 
 @triton.jit
+def low_part_fix(b_X, b_beta, BT: tl.constexpr):
+    """C [BT, BT] such that X Z + C Z = (T diag(beta)) Z to ~fp16 x 2 precision, for a chunk the WY pass
+    flagged: it stored in the tile X T diag(beta)'s fp16 rounding in its lower triangle and the low
+    parts L of its strictly lower entries (L[i, j] = X[j, i]) transposed in its strictly upper
+    triangle (chunk_io.store_t_f16). X Z took those as entries (i, j > i) of T, so C = L - L^T +
+    diag(beta - X_ii): T's diagonal is 1, so X_ii is beta_i rounded to fp16 (b_beta [BT] fp32, zero on
+    rows past the sequence, whose X rows are zero too) and its residual the diagonal's low part.
+    Exact but for that residual's rounding to fp16. Where T diag(beta)'s rows alternate in sign (beta
+    near 2, near-parallel keys), its fp16 rounding, the same in every chunk of repeated keys, grew into
+    o and S (1.5e-1 off at beta 1.9 without the low parts, 2.5e-2 without the diagonal's: NOTES.md v67)."""
+    o_i = tl.arange(0, BT)
+    diag = o_i[:, None] == o_i[None, :]
+    b_d = b_beta - tl.sum(tl.where(diag, b_X.to(tl.float32), 0.0), axis=1)
+    b_c = tl.where(o_i[:, None] > o_i[None, :], tl.trans(b_X), -b_X)
+    return tl.where(diag, b_d[:, None].to(tl.float16).to(b_X.dtype), b_c)
+
+
+@triton.jit
 def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT_DTYPE: tl.constexpr,
@@ -140,11 +164,12 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     """Chunk c of the walk from S^ = sigma S (b_S [BK, BV] fp32, |entries| near 1; b_sig = sigma):
     writes the chunk's outputs, returns (S^, sigma) after it (module docstring). tensors and where as
     chunk_fwd._walk_chunk's (the WY pass stored T diag(beta) at tb, P at attn and q and k at q, k in
-    fp16, l2-normalised with use_qk_l2norm, G at Gc).
+    fp16, l2-normalised with use_qk_l2norm, G at Gc, and at t_low [tokens, HV] int32 the flags of the
+    chunks whose tile carries T's low parts: low_part_fix).
     MAP (chunk_fwd._segment_maps_f16_kernel): the same step on columns of a segment's map [A | B]
     instead of the state: no outputs (q and P not read), and the values read only where with_v (B's
     columns; A's see zeros)."""
-    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o = tensors
+    q, k, g, beta, w, w2, w3, u, rq, rk, Gc, attn, attn2, v, tb, tb2, o, t_low = tensors
     tok0, T_seq, i_h, i_hv, i_nh, i_v, o_k, o_v, m_v, m_kv = where
     # q and k: the WY pass's fp16 copies (with l2norm normalised, |entries| <= 1; else as given).
     b_qn, b_kn, b_rq, b_rk, b_g, b_beta, row0, o_t, m_t = load_chunk(
@@ -167,7 +192,10 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     # Z tau = v tau - e^G (k_n S^) tau / sigma;  U tau = T diag(beta) (Z tau)
     b_Z = b_v * b_tau - b_kS * b_eG[:, None]
     b_T = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
-    b_U = tl.dot(b_T, to_f16(b_Z, F16_DOT))
+    b_z16 = to_f16(b_Z, F16_DOT)
+    b_U = tl.dot(b_T, b_z16)
+    if tl.load(t_low + row0 * HV + i_hv, mask=T_seq > c * BT, other=0) != 0:
+        b_U = tl.dot(low_part_fix(b_T, b_beta, BT), b_z16, b_U)          # (rare: beta past 1, parallel keys)
     if not MAP:
         # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
         b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)

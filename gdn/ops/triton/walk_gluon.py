@@ -165,6 +165,32 @@ def _wait(bars, c, DEPTH: gl.constexpr):
 
 
 @gluon.jit
+def low_parts(x_s, low_s, beta, row0, i_hv, n_rows, HV: gl.constexpr, TRANSPOSED: gl.constexpr, BT: gl.constexpr,
+              WARPS: gl.constexpr):
+    """Where the WY pass flagged a chunk (its t_low: T diag(beta)'s low parts ride in the tile's strictly
+    upper triangle, chunk_io.store_t_f16): walk_f16.low_part_fix's C [BT, BT] from the tile in x_s and
+    the chunk's beta (token rows row0 .. row0 + n_rows - 1 of beta [tokens, HV] fp32), into low_s (the
+    tile's layout; C^T with TRANSPOSED, the right operand of walk_gluon_t's U^T = Z^T (X^T + C^T)),
+    ready for the matrix units. The walks then add C Z to the product with the tile (rare: beta past 1 on
+    near-parallel keys), before the tile's slot is refilled."""
+    blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+    b_x = x_s.load(blk)
+    b_xt = x_s.permute((1, 0)).load(blk)
+    o_r = gl.arange(0, BT, layout=gl.SliceLayout(1, blk))
+    r = o_r[:, None]
+    c = gl.arange(0, BT, layout=gl.SliceLayout(0, blk))[None, :]
+    b_beta = gl.load(beta + (row0 + o_r) * HV + i_hv, mask=o_r < n_rows, other=0.0)
+    b_d = b_beta - gl.sum(gl.where(r == c, b_x.to(gl.float32), 0.0), axis=1)
+    if TRANSPOSED:
+        b_c = gl.where(r < c, b_x, -b_xt)
+    else:
+        b_c = gl.where(r > c, b_xt, -b_x)
+    low_s.store(gl.where(r == c, b_d[:, None].to(x_s.dtype), b_c))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
 def first_fills(done, i_n, i_hv, NT, g_first, n_groups, row_base, d_q, d_k, d_v, d_t, d_p, col_qk, col_v, col_tp,
                 k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars, H: gl.constexpr, HV: gl.constexpr,
                 BT: gl.constexpr, STAGES: gl.constexpr, KS: gl.constexpr, WAIT: gl.constexpr, GROUP: gl.constexpr):
@@ -201,7 +227,7 @@ def next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H: gl.constexpr, 
 
 @gluon.jit
 def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr, o_t, TOKENS: gl.constexpr = False,
-                  g_rows=0, BY_HEAD: gl.constexpr = False):
+                  g_rows=0, BY_HEAD: gl.constexpr = False, t_low=None):
     """The cumulative log-decays G [BT] of the chunk from token t0 (rows past T take G_last), its last
     token's G_last and its first's G_0; zeros for a chunk past the end (the loads ahead of the last).
     G comes in o_t's layout, where each thread holds the tokens of its accumulator columns (16 of them
@@ -209,16 +235,19 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
     thread instead (one load each; with four warps over BT = 64 tokens, warps 2-3 hold warps 0-1's
     tokens again), for walk_gluon_t, which forms the decays there and moves them to the columns
     (NOTES.md v33, v36). BY_HEAD: Gc is [HV, g_rows] (addressing.decay_ptrs), so the chunk's values
-    are BT x 4 contiguous bytes rather than one cache line a token."""
+    are BT x 4 contiguous bytes rather than one cache line a token. Fourth, the chunk's flag from
+    t_low (int32, G's layout, the same offset; 0 past the end): the WY pass's, whether its T diag(beta)
+    tile carries its low parts."""
     row0 = (row_base + t0).to(gl.int64)
     live = t0 < T
     # Token row0 + j of head i_hv at base + (first + j) * STRIDE + head.
     if BY_HEAD:
-        base, first, head = decay_ptrs(Gc, row0, 0, i_hv, HV, g_rows, True), 0, 0
+        off, first, head = decay_ptrs(0, row0, 0, i_hv, HV, g_rows, True), 0, 0
         STRIDE: gl.constexpr = 1
     else:
-        base, first, head = Gc, row0, i_hv
+        off, first, head = 0, row0, i_hv
         STRIDE: gl.constexpr = HV
+    base = Gc + off
     b_G_last = gl.load(base + (first + gl.maximum(gl.minimum(BT, T - t0), 1) - 1) * STRIDE + head, mask=live,
                        other=0.0)
     if TOKENS:
@@ -229,7 +258,8 @@ def _chunk_decays(Gc, row_base, t0, T, i_hv, HV: gl.constexpr, BT: gl.constexpr,
         m_t = (t0 + o_t) < T
         b_G = gl.where(m_t, gl.load(base + (first + o_t) * STRIDE + head, mask=m_t, other=0.0), b_G_last)
     b_G0 = gl.load(base + first * STRIDE + head, mask=live, other=0.0)
-    return b_G, b_G_last, b_G0
+    b_low = gl.load(t_low + off + first * STRIDE + head, mask=live, other=0)
+    return b_G, b_G_last, b_G0, b_low
 
 
 @gluon.jit
@@ -275,7 +305,8 @@ def program_rows(pid, cu_seqlens, seq_order, T, HV: gl.constexpr, H: gl.constexp
 
 
 @gluon.jit
-def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_order, done, skip, scale, T, rows,
+def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, done, skip,
+                      scale, T, rows,
                       H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                       BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
                       HAS_H0: gl.constexpr, STORE_FINAL: gl.constexpr, IS_VARLEN: gl.constexpr,
@@ -286,10 +317,11 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     d_q, d_k: descriptors of the WY pass's fp16 q, k [tokens, H x K] (l2-normalised with l2norm), blocks [BT, K]; d_v: v
     [tokens, HV x V], blocks [BT, BV]; d_t, d_p: T diag(beta) and P, fp16 [tokens, HV x BT], blocks [BT,
     BT] (wy_kernel's F16 stores). Gc [tokens, HV] fp32 (the cumulative log-decays; G_BY_HEAD: [HV,
-    rows], addressing.decay_ptrs); o [tokens, HV, V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0,
-    STORE_FINAL). Tokens: B x T, sequence n from token n T; IS_VARLEN: packed, sequence n from
-    cu_seqlens[n] to cu_seqlens[n + 1], and with LONGEST_FIRST program row n walks sequence
-    seq_order[n]. Grid: (V / BV x N x HV,).
+    rows], addressing.decay_ptrs); t_low int32 in Gc's layout, at each chunk's first row: 1 where its
+    T diag(beta) tile carries its low parts (low_parts, which reads beta [tokens, HV] fp32 there); o
+    [tokens, HV, V] in v's dtype; h0, ht [N x HV, K, V] fp32 (HAS_H0, STORE_FINAL). Tokens: B x T,
+    sequence n from token n T; IS_VARLEN: packed, sequence n from cu_seqlens[n] to cu_seqlens[n + 1],
+    and with LONGEST_FIRST program row n walks sequence seq_order[n]. Grid: (V / BV x N x HV,).
     DESCS_IN_KERNEL: d_q .. d_p are those tensors themselves, their descriptors made here (rows: B x
     T token rows; walk_descriptors).
 
@@ -341,6 +373,7 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
     b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
     zu_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
     uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
+    low_s = gl.allocate_shared_memory(d_t.dtype, [BT, BT], d_t.layout)      # (low_parts' tile)
 
     o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
@@ -350,16 +383,17 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
                           KS, WAIT, GROUP)
     # The decays come a chunk ahead, in registers: a global load's latency at each chunk's start would
     # sit on the chain (the tiles come by TMA, a chunk or more ahead).
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, False, rows, G_BY_HEAD)
+    b_G_next, b_G_last_next, b_G0_next, b_low_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, False, rows,
+                                                                   G_BY_HEAD, t_low)
     for c in range(0, NT):
         next_k(c, p_count, NT, row_base, d_k, col_qk, k_s, k_bars, H, HV, BT, STAGES, KS, WAIT, GROUP)
         st = c % STAGES
         sk = c % KS
         row0 = (row_base + c * BT).to(gl.int64)
         m_t = (c * BT + o_t) < T
-        b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, False,
-                                                           rows, G_BY_HEAD)
+        b_G, b_G_last, b_G0, b_low = b_G_next, b_G_last_next, b_G0_next, b_low_next
+        b_G_next, b_G_last_next, b_G0_next, b_low_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t,
+                                                                       False, rows, G_BY_HEAD, t_low)
 
         s_s.store(b_S.to(gl.float16))
         fence_async_shared()
@@ -379,6 +413,9 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, o, h0, ht, cu_seqlens, seq_or
         b_U = warpgroup_mma(t_s.index(st), zu_s, b_zero, use_acc=False, is_async=True)
         # (Waiting for U alone, with q S outstanding, crashes ptxas 12.8 here: both at once.)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
+        if b_low != 0:
+            low_parts(t_s.index(st), low_s, beta, row0, i_hv, T - c * BT, HV, False, BT, num_warps)
+            b_U = warpgroup_mma(low_s, zu_s, b_U)
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
@@ -433,10 +470,10 @@ def shared_descriptors(qn, kn, tb, attn, BT):
     return _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT])
 
 
-def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None,
+def walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None,
                 descs_in_kernel=False):
     """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
-    leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, o, h0, ht,
+    leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, t_low, beta, o, h0, ht,
     cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
     STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
     rows, in packed sequences or dense ones whose T is not a multiple of BT; DESCS_IN_KERNEL).
@@ -457,18 +494,20 @@ def walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, B
     else:
         d_q, d_k, d_t, d_p = shared_descriptors(qn, kn, tb, attn, BT) if descs is None else descs
         d_v = _rows(v, [BT, BV])
-    args = (d_q, d_k, d_v, d_t, d_p, Gc, o, o if h0 is None else h0, o if ht is None else ht,
+    args = (d_q, d_k, d_v, d_t, d_p, Gc, t_low, beta, o, o if h0 is None else h0, o if ht is None else ht,
             o if cu_seqlens is None else cu_seqlens, o if seq_order is None else seq_order)
     flags = dict(HAS_H0=h0 is not None, STORE_FINAL=ht is not None, IS_VARLEN=cu_seqlens is not None,
                  LONGEST_FIRST=seq_order is not None, MASK_ROWS=mask_rows, DESCS_IN_KERNEL=descs_in_kernel)
     return N, args, flags
 
 
-def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
+def walk_gluon(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
                cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
                descs_in_kernel=False, decays_by_head=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
-    fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]); h0, ht [N, HV, K, V] fp32 or None;
+    fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]), t_low int32 in Gc's shape (the WY pass's
+    flags of the chunks whose tile carries T diag(beta)'s low parts), beta [B, T, HV] fp32 (read on those
+    chunks); h0, ht [N, HV, K, V] fp32 or None;
     cu_seqlens [N + 1] (B = 1: packed sequences) and seq_order [N] int32 (the order in which to walk
     them) or None; done [B, groups, HV] int32, the WY pass's counts of each group of ``group`` chunks
     to wait for (dense only), or None.
@@ -486,7 +525,8 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages,
         raise ValueError(f"walk='gluon' needs V a multiple of block_v ({BV}), got V={V}")
     if skip_late and (skip is None or done is None):
         raise ValueError("skip_late (the WY pass marks the heads to skip) needs skip and done (its counts)")
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon",
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done,
+                                 "gluon",
                                  descs, descs_in_kernel)
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,

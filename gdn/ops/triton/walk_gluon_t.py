@@ -39,12 +39,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma, warpgroup_mma, warpgroup_mma_wait
 
+from .addressing import decay_ptrs
 from .chunk_fwd import wait_group
 from .decay import exp_ftz
 from .launch import launch
 from .walk_f16 import bound_of, log2_pow2, pow2_below_inverse, pow2_of, tau_of
 from .wy import fresh_int, fresh_program_id
-from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait,
+from .walk_gluon import (_LOG2E, _chunk_decays, _invalidate, _issue, _rings, _rows, _tile_descriptor, _wait, low_parts,
                          first_fills, next_k, program_rows, ring_slot, walk_descriptors, walk_launch)
 
 
@@ -146,7 +147,8 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
             a_s: gl.constexpr, col_l: gl.constexpr, scol_l: gl.constexpr, CHECKPOINT: gl.constexpr = False,
             c_ck=0, ck_live=None, seg_bound=None, cu_seqlens=None, seq_order=None, T_in=0, P=1, L=0, W=0, L0=0,
             K: gl.constexpr = 1, V: gl.constexpr = 1, BV: gl.constexpr = 1, IS_VARLEN: gl.constexpr = False,
-            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False):
+            LONGEST_FIRST: gl.constexpr = False, g_rows=0, G_BY_HEAD: gl.constexpr = False, t_low=None, beta=None,
+            low_s=None):
     """The walk over chunks c_lo .. c_hi - 1 of the program's NT (the module docstring's chain), from
     sigma S^T [BV, K] (b_S, its scales b_sig [BV]) and chunk c_lo's decays (b_G_next, b_G_last_next,
     b_G0_next: _chunk_decays'), b_Gsum a running sum of the chunks' log-decays. Rings as
@@ -158,7 +160,13 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
     arguments are its). The chunk's decays G come one token a thread (_chunk_decays' TOKENS, carried
     so): e^{G - G_0} and e^{G_C - G} are formed there, one exponential a token, and moved to the
     columns' layout through shared memory (each thread's 16 columns' loads and 32 exponentials took
-    ~10% more of this walk's time on an H200: NOTES.md v36)."""
+    ~10% more of this walk's time on an H200: NOTES.md v36). t_low: the WY pass's flags of the chunks
+    whose T diag(beta) tile carries its low parts (walk_gluon.low_parts, formed in low_s from the tile
+    and beta)."""
+    # The chunks' flags come a chunk ahead, with the decays (a flagged chunk forms its low parts' tile
+    # first thing, where few registers are live; a global load's latency there would sit on the chain).
+    b_low_next = gl.load(decay_ptrs(t_low, (row_base + c_lo * BT).to(gl.int64), 0, i_hv, HV, g_rows, G_BY_HEAD),
+                         mask=c_lo < c_hi, other=0)
     for c in range(c_lo, c_hi):
         if CHECKPOINT:
             if c == c_ck:
@@ -168,10 +176,14 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         st = ring_slot(c, STAGES, T)
         sk = c % KS
         m_t = (c * BT + o_t) < T
-        b_G, b_G_last, b_G0 = b_G_next, b_G_last_next, b_G0_next
+        b_G, b_G_last, b_G0, b_low = b_G_next, b_G_last_next, b_G0_next, b_low_next
         b_Gsum += b_G_last
-        b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t, True,
-                                                           g_rows, G_BY_HEAD)
+        b_G_next, b_G_last_next, b_G0_next, b_low_next = _chunk_decays(Gc, row_base, (c + 1) * BT, T, i_hv, HV, BT, o_t,
+                                                                       True, g_rows, G_BY_HEAD, t_low)
+        if b_low != 0:
+            _wait(qt_bars, c, STAGES)              # (T diag(beta)'s tile: the wait below then returns at once)
+            low_parts(t_s.index(st), low_s, beta, (row_base + c * BT).to(gl.int64), i_hv, T - c * BT, HV, True,
+                      BT, gl.num_warps())
 
         b_s16 = gl.convert_layout(b_S.to(gl.float16), a_t)
         # Each column's largest state entry, before the products (b_S's registers read while a product
@@ -205,8 +217,10 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
         b_kS = warpgroup_mma_wait(num_outstanding=1 if OUT else 0, deps=(b_kS,))      # (q S runs on)
         b_Z = b_v * b_tau[:, None] - b_kS * b_aG[:, None] * b_eT[None, :]
         _issue(c + STAGES, NT, v_bars, STAGES, row_base, BT, d_v, col_v, v_s)      # v is in registers
-        b_U = warpgroup_mma(gl.convert_layout(b_Z.to(gl.float16), a_t), t_s.index(st).permute((1, 0)), b_zero,
-                            use_acc=False, is_async=True)
+        b_z16 = gl.convert_layout(b_Z.to(gl.float16), a_t)
+        b_U = warpgroup_mma(b_z16, t_s.index(st).permute((1, 0)), b_zero, use_acc=False, is_async=True)
+        if b_low != 0:
+            b_U = warpgroup_mma(b_z16, low_s, b_U, is_async=True)
         b_dc = exp_ftz(b_G_last - b_G)     # (while U's product runs)
         if MASK_ROWS:
             b_dc = gl.where((c * BT + gl.arange(0, BT, layout=b_G.type.layout)) < T, b_dc, 0.0)
@@ -253,7 +267,7 @@ def _chunks(c_lo, c_hi, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_
 
 
 @gluon.jit
-def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, done,
                   seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows,
                   H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
                   BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
@@ -272,22 +286,22 @@ def walk_t_kernel(d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_o
     walk ~9% slower than the two launches' on an H200, v37; now 3, off the products' chain)."""
     gl.static_assert(not DESCS_IN_KERNEL or SPLIT == 0, "the split's walk takes the host's descriptors")
     FIRST: gl.constexpr = 3 if SPLIT == 5 else SPLIT
-    _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done, seg_bound,
-            seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT, BV,
-            STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
+    _walk_t(gl.program_id(0), d_q, d_k, d_v, d_t, d_p, d_o, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, done,
+            seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows, H, HV, K, V, BT,
+            BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, FIRST, CHOSEN,
             DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
     if SPLIT == 5:
         # (Phase 4 reads what this program's threads stored in phase 3: its start's records, its state.)
         gl.thread_barrier()
-        _walk_t(fresh_program_id(), d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
-                seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
+        _walk_t(fresh_program_id(), d_q, d_k, d_v, d_t, d_p, d_o, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order,
+                done, seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, fresh_int(T_in), fresh_int(P),
                 fresh_int(L), fresh_int(W), fresh_int(L0), rows, H, HV, K, V, BT,
                 BV, STAGES, HAS_H0, STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS, WAIT, GROUP, 4, CHOSEN,
                 DESCS_IN_KERNEL, num_warps, G_BY_HEAD)
 
 
 @gluon.jit
-def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_order, done,
+def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, done,
             seg_bound, seg_warm, seg_pub, seg_flags, seg_ok, seg_heads, scale, T_in, P, L, W, L0, rows,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
             BT: gl.constexpr, BV: gl.constexpr, STAGES: gl.constexpr,
@@ -361,6 +375,7 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
         d_o = _tile_descriptor(d_o, rows, HV * V, BT, BV)
     k_s, q_s, t_s, v_s, p_s, k_bars, qt_bars, v_bars, p_bars = _rings(d_q, d_k, d_v, d_t, d_p, STAGES, KS, BT, K, BV)
     o_s = gl.allocate_shared_memory(d_o.dtype, [BT, BV], d_o.layout)
+    low_s = gl.allocate_shared_memory(d_t.dtype, [BT, BT], d_t.layout)      # (walk_gluon.low_parts' tile)
 
     # The state at the start: S^T of h0's [K, V] block (its columns o_v as rows), each row scaled.
     o_k = gl.arange(0, K, layout=key_l)
@@ -417,7 +432,8 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 wait_group(seg_flags, 0, i_seg - n_hv * (V // BV), 0, 1, 1, 1)
                 p_start = seg_pub + (i_seg_state - n_hv.to(gl.int64) * K * V)
         b_S, b_sig = _state_t(p_start, o_k, o_vs, V, live, True)
-    b_G_next, b_G_last_next, b_G0_next = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, True, rows, G_BY_HEAD)
+    b_G_next, b_G_last_next, b_G0_next, _ = _chunk_decays(Gc, row_base, 0, T, i_hv, HV, BT, o_t, True, rows, G_BY_HEAD,
+                                                          t_low)
     b_Gsum0 = gl.zeros([], gl.float32)                # _chunks' running sum of log-decays starts at 0
     if SPLIT >= 3:
         if SPLIT == 3:
@@ -427,7 +443,8 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
                 0, c_own, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
                 p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
                 t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
+                False, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, t_low=t_low, beta=beta,
+                low_s=low_s)
             p_stats = seg_bound + (i_p * n_hv + i_nh).to(gl.int64) * (3 * V)
             gl.store(p_stats + V + o_vs, _row_max(b_S) * (1.0 / b_sig))
             gl.store(p_stats + 2 * V + o_vs, gl.full([BV], 4.0, gl.float32, scol_l) * gl.exp2(b_Gwin * _LOG2E))
@@ -438,13 +455,13 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
             True, acc_t, a_t, a_s, col_l, scol_l, True, c_ck, redo | (SPLIT == 3), seg_bound, cu_seqlens, seq_order,
-            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD)
+            T_in, P, L, W, L0, K, V, BV, IS_VARLEN, LONGEST_FIRST, rows, G_BY_HEAD, t_low, beta, low_s)
     else:
         b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum = _chunks(
             0, NT, NT, T, row_base, b_S, b_sig, b_G_next, b_G_last_next, b_G0_next, b_Gsum0,
             p_count, Gc, i_hv, o_t, b_zero, scale, d_q, d_k, d_v, d_t, d_p, d_o, col_qk, col_v, col_tp, k_s, q_s,
             t_s, v_s, p_s, o_s, k_bars, qt_bars, v_bars, p_bars, H, HV, BT, STAGES, KS, WAIT, GROUP, MASK_ROWS,
-            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD)
+            OUT, acc_t, a_t, a_s, col_l, scol_l, g_rows=rows, G_BY_HEAD=G_BY_HEAD, t_low=t_low, beta=beta, low_s=low_s)
 
     tma.store_wait(0)
     if MASK_ROWS:
@@ -497,8 +514,8 @@ def _walk_t(pid, d_q, d_k, d_v, d_t, d_p, d_o, Gc, o, h0, ht, cu_seqlens, seq_or
     elif STORE_FINAL:
         gl.store(ht + i_state + o_state, b_S)
 
-def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None, seq_order=None,
-                 done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
+def walk_gluon_t(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT, BV, stages, cu_seqlens=None,
+                 seq_order=None, done=None, group=1, split=None, split_heads=None, descs=None, one_launch=False,
                  descs_in_kernel=False, decays_by_head=False):
     """Launch walk_t_kernel; tensors and arguments as walk_gluon.walk_gluon's (one warpgroup a program,
     no register cap: two programs an SM at one stage). split: None, or a split_walk.Split for the
@@ -521,7 +538,8 @@ def walk_gluon_t(qn, kn, v, tb, attn, Gc, o, h0, ht, scale, H, HV, BT, BV, stage
     # registers through the walk, at 255 with the split's state (compiled: 8-11 local loads and stores
     # a chunk, against none or 3); the unsplit walk compiles without a spill either way.
     descs_in_kernel = descs_in_kernel and split is None
-    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, "gluon_t",
+    N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done,
+                                 "gluon_t",
                                  descs, descs_in_kernel)
     if split is not None and (flags["MASK_ROWS"] or flags["IS_VARLEN"]):
         raise ValueError("the certified split (split_walk) takes dense sequences whose chunks read no other "

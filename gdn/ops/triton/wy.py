@@ -24,10 +24,10 @@ import triton.language as tl
 
 from ..common import triton_interpreting
 from .addressing import decay_ptrs, row_offsets, row_offsets_t, row_tile, row_vec
-from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square
+from .chunk_io import l2norm_factors, l2norm_rows, load_chunk, store_square, store_t_f16
 from .decay import chunk_decay, floored
 from .inverse import f16_out_of_range, inverse_subst, inverse_tf32x3, unit_lower_inverse
-from .split_dot import split_dot, store_parts
+from .split_dot import split_dot, store_parts, tile_max
 from .split_walk import feed_chunk, forgets
 
 
@@ -135,7 +135,7 @@ def _t_times_columns(b_Tx, b_x, NSPLIT: tl.constexpr, BT: tl.constexpr, BC: tl.c
 
 @triton.jit
 def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
-                     t_out, t2_out, qn_out, kn_out,
+                     t_out, t2_out, tlow_out, qn_out, kn_out,
                      scale, tok0, t0, T_seq, i_h, i_hv,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, BC: tl.constexpr, BLOCK: tl.constexpr,
@@ -158,7 +158,10 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
     neither reads v nor writes the 64 KB of w and u a chunk-head. F16 (with STORE_T): T diag(beta) and the
     output attention as one fp16 tile each, and q and k in fp16 (l2-normalised with l2norm) at qn_out,
     kn_out [tokens, H, K] (by the first value head of each group), for the walk on fp16 operands (walk_f16);
-    not STORE_QK: no copies (fp16 inputs without l2norm, which the walk reads as they are).
+    not STORE_QK: no copies (fp16 inputs without l2norm, which the walk reads as they are). With F16
+    each chunk's flag goes to tlow_out (int32, G's layout, at the chunk's first row; decay_ptrs): 1
+    where the chunk's T was formed at tf32x3 (some |A_ij| > 1: beta past 1 on near-parallel keys), and
+    its tile then carries its low parts too (store_t_f16), else 0.
     HEADS: value heads i_hv .. i_hv + HEADS - 1 (all reading q/k head i_h), one after the other: q and
     k loaded once, and k k^T, q k^T and the norm factors formed once for all of them.
     FALLBACK_AFTER (F16 with INVERSE="f16_subst"): every head's fp16 inverse formed unconditionally, its
@@ -232,13 +235,25 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
         else:
             b_T = unit_lower_inverse(b_A, BT, BLOCK, LOG_BLOCKS, INVERSE, F16_DOT)
             m_ok = m_tt
+            if F16 and STORE_T:
+                wide = (tile_max(b_A) > 1.0).to(tl.int32)     # (every inverse form took tf32x3 there)
         if STORE_T:
             if TR:
                 o_tt = row_offsets_t(row0, i_hvj, HV, BT, o_t, o_t)
                 store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[:, None], m_ok, F16)
+            elif F16:
+                # (A chunk FALLBACK_AFTER forms again is stored by t_at_tf32x3, with its low parts.)
+                o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
+                if FALLBACK_AFTER:
+                    store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_ok, 0, BT)
+                else:
+                    store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_ok, wide, BT)
             else:
                 o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
                 store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_ok, F16)
+            if F16:
+                tl.store(decay_ptrs(tlow_out, row0, 0, i_hvj, HV, g_rows, G_BY_HEAD), wide.to(tl.int32),
+                         mask=T_seq > t0)
         else:
             _store_wu(k, v, w_out, w2_out, w3_out, u_out, b_T, b_beta, b_rk, b_G, row0, i_h, i_hvj, o_t, m_t,
                       H, HV, K, V, BT, BK, BV, BC, DOT_DTYPE, NSPLIT, W_PARTS)
@@ -298,7 +313,8 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
     """T diag(beta) of value head i_hv + j of one chunk formed again from the inputs, its inverse at
     tf32x3 (inverse_tf32x3, as unit_lower_inverse's fallback), stored in fp16 at t_out. k k^T, r_k,
     G, D and A as the fp16 path formed them (the same loads, products and sums, bit for bit),
-    nothing of them kept in registers across that path."""
+    nothing of them kept in registers across that path; with T's low parts (store_t_f16), the chunk
+    flagged in t_low by wy_split_factors."""
     o_k = tl.arange(0, BK)
     b_k = tl.load(row_tile(k, row0, i_h, H, K, o_t, o_k), mask=m_t[:, None] & (o_k < K)[None, :],
                   other=0.0).to(DOT_DTYPE)
@@ -308,7 +324,7 @@ def t_at_tf32x3(k, g, beta, t_out, row0, o_t, m_t, i_h, i_hv, j, H: tl.constexpr
     b_G, b_D = chunk_decay(head_column(b_g_all, j, HEADS), BT)
     b_T = inverse_tf32x3(chunk_A(b_kkn, b_beta, b_D, BT), BT, tl.float16)
     o_tt = row_offsets(row0, i_hv + j, HV, BT, o_t, o_t)
-    store_square(t_out + o_tt, t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], True)
+    store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_t[:, None] & (o_t < BT)[None, :], 1, BT)
 
 
 @triton.jit
@@ -376,7 +392,8 @@ def locate_chunk(i_slot, chunk_offsets, slot_seqs, cu_seqlens, T, NT, C0, FEED_P
                                "FORGET_L0", "g_rows"])   # one compiled kernel for all bounds
 def wy_kernel(
     q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out, t_out, t2_out,
-    qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L, FEED_W,
+    tlow_out, qn_out, kn_out, scale, chunk_offsets, slot_seqs, cu_seqlens, done, T, NT, NUM_SLOTS, C0, FEED_P, FEED_L,
+    FEED_W,
     heads, FORGET_P, FORGET_L, FORGET_W, FORGET_L0, forget_ln, g_rows,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -403,7 +420,8 @@ def wy_kernel(
     log-decays G at G_out [tokens, HV] (G_BY_HEAD: [HV, g_rows], g_rows the tokens of all sequences;
     addressing.decay_ptrs), so the walk forms neither. STORE_T (with STORE_ATTN): T diag(beta)
     at t_out, t2_out instead of w and u (wy_split_factors). F16 (with STORE_T): T diag(beta) and the
-    output attention as one fp16 tile each (t_out, attn_out) and q and k in fp16 (l2-normalised with
+    output attention as one fp16 tile each (t_out, attn_out; the chunks' flags at tlow_out:
+    wy_split_factors) and q and k in fp16 (l2-normalised with
     l2norm; qn_out, kn_out [tokens, H, K]; not STORE_QK: none, the walk reading fp16 inputs without l2norm
     as they are), for the walk on fp16 operands; with SIGNAL each group of value heads
     sharing a q/k head counts at its first head.
@@ -438,7 +456,7 @@ def wy_kernel(
     i_h = i_hv // (HV // H)
     if WY_SPLIT > 0:
         wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_out, G_out, attn_out, attn2_out,
-                         t_out, t2_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
+                         t_out, t2_out, tlow_out, qn_out, kn_out, scale, tok0, i_c * BT, T_seq, i_h, i_hv, H, HV, K, V, BT, BK, BV, BC, BLOCK, LOG_BLOCKS,
                          USE_L2NORM, INVERSE, DOT_DTYPE, WY_SPLIT, W_PARTS, STORE_NORMS, STORE_ATTN, STORE_T, F16,
                          F16_DOT, HEADS, FALLBACK_AFTER, g_rows, G_BY_HEAD, STORE_QK)
         if SIGNAL:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gdn
-from tests.reference import parallel_key_inputs, random_inputs, reference_gdn, with_row_norms
+from tests.reference import parallel_key_inputs, random_inputs, reference_gdn, repeated_key_inputs, with_row_norms
 from tests.ops.triton.launches import launch_flags, spy_launches
 from tests.tolerances import assert_close
 
@@ -495,6 +495,25 @@ def test_triton_reflections_on_parallel_keys(dtype, o_rtol, s_rtol):
                           use_qk_l2norm=True, chunk_size=64)
     assert_close(o, o_ref, rtol=o_rtol, name="o")
     assert_close(S, S_ref, rtol=s_rtol, name="S")
+
+
+@pytest.mark.parametrize("beta", [1.9, 1.99])
+@pytest.mark.parametrize("heads, knobs", [((1, 2), {}), ((1, 1), {}), ((1, 2), dict(num_segments=2, maps="f16"))])
+def test_triton_reflections_on_repeated_keys(beta, heads, knobs):
+    """bf16's default (the fp16 walk) with beta near 2 on one repeated key and nothing forgetting:
+    T diag(beta)'s fp16 rounding, the same in every chunk, grew into o 7e-2 and S 1.7e-1 off at beta
+    1.9 (3.5e-2 / 6.6e-2 at 1.99). The WY pass now stores its low parts in the tile's free triangle
+    where some |A_ij| > 1 and flags the chunk, and the walk adds them (walk_f16.low_part_fix): o and
+    S within the bf16 output's rounding (the interpreter rounds to bf16 by truncation). Two value heads
+    a WY program (the fallback after the heads), one (the inverse's own fallback inline), and the
+    fp16 segment maps, which take the walk's step."""
+    from gdn.ops.triton import triton_forward
+    H, HV = heads
+    q, k, v, g, b = repeated_key_inputs(beta, device=DEVICE, H=H, HV=HV)
+    o_ref, S_ref = reference_gdn(q, k, v, g, b, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, b, scale=32 ** -0.5, output_final_state=True, use_qk_l2norm=True, **knobs)
+    assert_close(o, o_ref, rtol=6e-3, name="o")
+    assert_close(S, S_ref, rtol=6e-3, name="S")
 
 
 @pytest.mark.parametrize("factors, longest_first, walk_tma",

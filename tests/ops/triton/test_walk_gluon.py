@@ -219,7 +219,8 @@ def test_descriptors_made_in_the_kernel_are_routed(monkeypatch):
     monkeypatch.setattr(planning, "num_sms", lambda device: 132)
     seen = []
     for module, name in ((walk_gluon, "walk_gluon_kernel"), (walk_gluon_t, "walk_t_kernel")):
-        descs, rows = (6, 25) if name == "walk_t_kernel" else (5, 15)      # (positions in the kernel's arguments)
+        descs = 6 if name == "walk_t_kernel" else 5                   # (the leading descriptors)
+        rows = getattr(module, name).arg_names.index("rows")
         spy_launches(monkeypatch, name, lambda grid, args, kw, name=name, descs=descs, rows=rows: seen.append((
             name, kw.get("SPLIT", 0), kw["DESCS_IN_KERNEL"], [type(a) for a in args[:descs]], args[rows])),
             run=False, module=module)
