@@ -9,7 +9,7 @@ import torch
 from tests.ops.triton.launches import spy_launches
 from tests.reference import MAGNITUDES, assert_any_magnitude, magnitude_inputs, magnitude_reference, random_inputs, \
     reference_gdn
-from tests.tolerances import assert_fp16_walk_close
+from tests.tolerances import assert_close, assert_fp16_walk_close
 
 pytest.importorskip("triton")
 
@@ -122,6 +122,26 @@ def test_gluon_walk_beside_the_wy_pass(T, walk, monkeypatch):
     o_t, S_t = triton_forward(q, k, v, g, beta, walk="triton", **call)
     assert waits == [True]
     assert_fp16_walk_close(o, S, o_ref, S_ref, o_t, S_t)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
+@pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize("beta", [1.9, 1.99])
+def test_gluon_walk_adds_the_low_parts_on_repeated_keys(beta, walk):
+    """One repeated key with beta near 2 and nothing forgetting (every chunk flagged by the WY pass:
+    its T diag(beta) carries its low parts, walk_gluon.low_parts forms the correction tile): o and S
+    within the bf16 output's rounding of float64, as the Triton walk's (test_chunk_fwd's
+    test_triton_reflections_on_repeated_keys). On an H100 (v67, B1 x T4k, K = 128) walk_gluon gave
+    3.1e-3 / 3.5e-3 at beta 1.9; walk_gluon_t, with its transposed tile's diagonal of the wrong sign,
+    3.2e-2 / 5.0e-2 (without the low parts ~1e-1)."""
+    from gdn.ops.triton import triton_forward
+    from tests.reference import repeated_key_inputs
+    q, k, v, g, b = repeated_key_inputs(beta, device="cuda", T=1024, K=64, V=64, H=2, HV=4)
+    o_ref, S_ref = reference_gdn(q, k, v, g, b, use_qk_l2norm=True)
+    o, S = triton_forward(q, k, v, g, b, scale=64 ** -0.5, output_final_state=True, use_qk_l2norm=True,
+                          num_segments=1, out=torch.full_like(v, float("nan")), **_walk(walk))
+    assert_close(o, o_ref, rtol=6e-3, name="o")
+    assert_close(S, S_ref, rtol=6e-3, name="S")
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (the kernel's wgmma; Gluon has no interpreter)")
