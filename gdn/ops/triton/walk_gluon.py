@@ -470,11 +470,11 @@ def shared_descriptors(qn, kn, tb, attn, BT):
     return _rows(qn, [BT, K]), _rows(kn, [BT, K]), _rows(tb, [BT, BT]), _rows(attn, [BT, BT])
 
 
-def walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk, descs=None,
-                descs_in_kernel=False):
+def walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done, walk,
+                descs=None, descs_in_kernel=False):
     """What every Gluon walk kernel takes from the launcher (tensors as walk_gluon's): N (sequences), its
-    leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, t_low, beta, o, h0, ht,
-    cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
+    leading arguments (the descriptors of q, k, v in [BT, BV] tiles, T and P; then Gc, t_low, beta, o,
+    h0, ht, cu_seqlens and seq_order, o standing in for those that are None) and its flags (HAS_H0,
     STORE_FINAL, IS_VARLEN, LONGEST_FIRST, MASK_ROWS: a sequence's last chunk may read the next one's
     rows, in packed sequences or dense ones whose T is not a multiple of BT; DESCS_IN_KERNEL).
     Refuses the WY pass's counts (done) with MASK_ROWS: the next sequence's rows are read before its
@@ -501,16 +501,15 @@ def walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq
     return N, args, flags
 
 
-def walk_gluon(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4, maxnreg=None,
-               cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None, skip_late=False,
-               descs_in_kernel=False, decays_by_head=False):
+def walk_gluon(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT, BV, stages, num_warps=4,
+               maxnreg=None, cu_seqlens=None, seq_order=None, done=None, group=1, skip=None, descs=None,
+               skip_late=False, descs_in_kernel=False, decays_by_head=False):
     """Launch walk_gluon_kernel: qn, kn [B, T, H, K] fp16; v, o [B, T, HV, V]; tb, attn [B, T, HV, BT]
     fp16; Gc [B, T, HV] fp32 (decays_by_head: [HV, B x T]), t_low int32 in Gc's shape (the WY pass's
-    flags of the chunks whose tile carries T diag(beta)'s low parts), beta [B, T, HV] fp32 (read on those
-    chunks); h0, ht [N, HV, K, V] fp32 or None;
-    cu_seqlens [N + 1] (B = 1: packed sequences) and seq_order [N] int32 (the order in which to walk
-    them) or None; done [B, groups, HV] int32, the WY pass's counts of each group of ``group`` chunks
-    to wait for (dense only), or None.
+    flags of the chunks whose tile carries T diag(beta)'s low parts), beta [B, T, HV] fp32 (read on
+    those chunks); h0, ht [N, HV, K, V] fp32 or None; cu_seqlens [N + 1] (B = 1: packed sequences)
+    and seq_order [N] int32 (the order in which to walk them) or None; done [B, groups, HV] int32,
+    the WY pass's counts of each group of ``group`` chunks to wait for (dense only), or None.
     skip [N x HV] int32 or None: heads whose programs return (nonzero; walk_gluon_kernel's SKIP: at
     once, or with skip_late, where the WY pass marks them, once its first counts are in, SKIP = 2); descs_in_kernel:
     the kernel makes its TMA descriptors (walk_launch);
@@ -526,8 +525,7 @@ def walk_gluon(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, scale, H, HV, BT
     if skip_late and (skip is None or done is None):
         raise ValueError("skip_late (the WY pass marks the heads to skip) needs skip and done (its counts)")
     N, args, flags = walk_launch(qn, kn, v, tb, attn, Gc, t_low, beta, o, h0, ht, cu_seqlens, seq_order, BT, BV, done,
-                                 "gluon",
-                                 descs, descs_in_kernel)
+                                 "gluon", descs, descs_in_kernel)
     launch(walk_gluon_kernel, (V // BV * N * HV,),
         *args, o if done is None else done, o if skip is None else skip, scale, T, B * T, H=H, HV=HV, K=K, V=V, BT=BT,
         BV=BV, STAGES=stages, WAIT=done is not None, GROUP=group,
