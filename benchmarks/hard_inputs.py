@@ -24,10 +24,7 @@ from gdn import gated_delta_rule
 from gdn.cli.peers import available_peers
 from gdn.cli.timing import random_problem
 from gdn.ops.triton import triton_forward
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+from gpu_check import reference, rel                # (this script's folder is on sys.path)
 
 
 def parallel_keys(B, T, H, HV, K, V, *, noise, beta, device, seed, gates="zero"):
@@ -89,8 +86,7 @@ def accuracy(args, device, B, T):
         for dtype in (torch.bfloat16, torch.float32):
             cast[dtype] = [x.to(dtype) if i < 3 else x for i, x in enumerate(inputs)]
         # The reference sees each dtype's rounded inputs: bf16 rows against the bf16 inputs' float64 answer.
-        refs = {dtype: gated_delta_rule(*[x.double() for x in xs], output_final_state=True, use_qk_l2norm=True,
-                                        backend="chunk") for dtype, xs in cast.items()}
+        refs = {dtype: reference(*xs, None, None) for dtype, xs in cast.items()}
         for name, (dtype, fn) in names.items():
             try:
                 o, S = fn(*cast[dtype])
