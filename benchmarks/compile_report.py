@@ -340,11 +340,25 @@ SMEM_LIMIT = 232448           # bytes of shared memory one program may use on sm
 SMEM_PER_SM = 233472          # bytes of shared memory an sm_90 SM has for programs (228 KiB)
 
 
+def program_registers(regs, warps):
+    """Registers one program holds on an SM: allocated per warp, in units of 8 a thread."""
+    return -(-max(regs, 1) // 8) * 8 * 32 * warps
+
+
 def programs_per_sm(regs, warps, smem):
-    """Resident programs per SM: 64K registers (allocated per warp in units of 8 a thread), 228 KiB of
-    shared memory (1 KiB reserved per program), 64 warps."""
-    by_regs = 65536 // (-(-max(regs, 1) // 8) * 8 * 32 * warps)
-    return min(by_regs, SMEM_PER_SM // (smem + 1024), 64 // warps)
+    """Resident programs per SM: 64K registers (program_registers), 228 KiB of shared memory (1 KiB
+    reserved per program), 64 warps."""
+    return min(65536 // program_registers(regs, warps), SMEM_PER_SM // (smem + 1024), 64 // warps)
+
+
+def beside(walk, wy):
+    """Whether one program of the walk (analyse's dict) and one of the WY pass fit on one SM together,
+    as a walk launched beside the WY pass (WAIT) needs: without room, the WY pass runs only on the SMs
+    the walk leaves free while the walk waits for it (NOTES.md v68: 10x slower). (fits, the sums)."""
+    regs = [program_registers(r["regs"], r["warps"]) for r in (walk, wy)]
+    smem = [r["smem"] + 1024 for r in (walk, wy)]
+    fits = sum(regs) <= 65536 and sum(smem) <= SMEM_PER_SM and walk["warps"] + wy["warps"] <= 64
+    return fits, f"shared memory {smem[0]} + {smem[1]} of {SMEM_PER_SM} B, registers {regs[0]} + {regs[1]} of 65536"
 
 
 def row(variant, name, grid, r):
@@ -436,11 +450,13 @@ def main(argv=None):
                 print(f"{vname:<21} {describe_launch(fn, grid, largs, lkw)}")
             continue
         dumped = Counter()
+        compiled = []
         for fn, grid, largs, lkw in launches:
             ck = compile_launch(fn, largs, lkw, target)
             if ck.hash not in seen:
                 seen[ck.hash] = analyse(ck, arch)
             r = seen[ck.hash]
+            compiled.append((fn.__name__, lkw, r))
             print(row(vname, fn.__name__, grid, r), flush=True)
             if args.ptxas_log:
                 print("    " + r["log"].strip().replace("\n", "\n    "))
@@ -460,6 +476,12 @@ def main(argv=None):
                     (out / f"{name}.{ext}").write_text(ck.asm[ext])
                 (out / f"{name}.sass").write_text(r["sass"])
                 (out / f"{name}.ptxas.log").write_text(r["log"])
+        wy = [r for name, _, r in compiled if name == "wy_kernel"]
+        for name, lkw, r in compiled:
+            if lkw.get("WAIT") and wy:
+                fits, sums = beside(r, wy[0])
+                print(f"{vname:<22}beside the WY pass: {name} and wy_kernel {'fit' if fits else 'do NOT fit'} "
+                      f"on one SM ({sums})")
     bad = sum(r["undefined_ur"] for r in seen.values())
     if args.check and bad:
         print(f"{bad} reads of uniform registers that nothing wrote (ur?): a miscompile")

@@ -80,7 +80,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .addressing import load_rows, store_rows
+from .addressing import load_rows, row_vec, store_rows
 from .decay import _LOG2E, exp_ftz
 from .split_dot import tile_max, to_f16
 from .chunk_io import load_chunk, load_chunk_decays
@@ -195,7 +195,12 @@ def walk_chunk_f16(c, b_S, b_sig, tensors, where, scale,
     b_z16 = to_f16(b_Z, F16_DOT)
     b_U = tl.dot(b_T, b_z16)
     if tl.load(t_low + row0 * HV + i_hv, mask=T_seq > c * BT, other=0) != 0:
-        b_U = tl.dot(low_part_fix(b_T, b_beta, BT), b_z16, b_U)          # (rare: beta past 1, parallel keys)
+        # (Rare: beta past 1, parallel keys.) The tile and beta loaded again here: kept from above, they
+        # held registers across every chunk (the walk 147 -> 204 registers, +12% instructions a chunk:
+        # NOTES.md v68) for a branch that almost never runs.
+        b_X = load_rows(tb, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)
+        b_bt = tl.load(row_vec(beta, row0, i_hv, HV, o_t), mask=m_t, other=0.0)
+        b_U = tl.dot(low_part_fix(b_X, b_bt, BT), b_z16, b_U)
     if not MAP:
         # o = (scale e^G . (q_n S^) tau / sigma + P (U tau)) / tau
         b_P = load_rows(attn, tok0, i_hv, T_seq, c * BT, HV, BT, BT, BT, 0, TMA).to(F16_DOT)

@@ -170,8 +170,8 @@ def low_parts(x_s, low_s, beta, row0, i_hv, n_rows, HV: gl.constexpr, TRANSPOSED
     """Where the WY pass flagged a chunk (its t_low: T diag(beta)'s low parts ride in the tile's strictly
     upper triangle, chunk_io.store_t_f16): walk_f16.low_part_fix's C [BT, BT] from the tile in x_s and
     the chunk's beta (token rows row0 .. row0 + n_rows - 1 of beta [tokens, HV] fp32), into low_s (the
-    tile's layout; C^T with TRANSPOSED, the right operand of walk_gluon_t's U^T = Z^T (X^T + C^T)),
-    ready for the matrix units. The walks then add C Z to the product with the tile (rare: beta past 1 on
+    tile's layout, or x_s itself once the tile's own product is done, as in walk_gluon; C^T with
+    TRANSPOSED, the right operand of walk_gluon_t's U^T = Z^T (X^T + C^T)), ready for the matrix units. The walks then add C Z to the product with the tile (rare: beta past 1 on
     near-parallel keys), before the tile's slot is refilled."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
     b_x = x_s.load(blk)
@@ -185,6 +185,7 @@ def low_parts(x_s, low_s, beta, row0, i_hv, n_rows, HV: gl.constexpr, TRANSPOSED
         b_c = gl.where(r < c, b_x, -b_xt)
     else:
         b_c = gl.where(r > c, b_xt, -b_x)
+    gl.thread_barrier()             # (low_s may be x_s itself: every thread's reads before any write)
     low_s.store(gl.where(r == c, b_d[:, None].to(x_s.dtype), b_c))
     fence_async_shared()
     gl.thread_barrier()
@@ -373,7 +374,6 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, t_low, beta, o, h0, ht, cu_se
     b_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BV], gl.float16)
     zu_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
     uc_s = gl.allocate_shared_memory(gl.float16, [BT, BV], b_l)
-    low_s = gl.allocate_shared_memory(d_t.dtype, [BT, BT], d_t.layout)      # (low_parts' tile)
 
     o_k, o_v, o_t, i_state, b_S, b_sig = initial_state(h0, i_v, i_nh, K, V, BT, BV, HAS_H0, rows_l, cols_l)
     b_zero = gl.zeros([BT, BV], gl.float32, acc_l)
@@ -414,8 +414,11 @@ def walk_gluon_kernel(d_q, d_k, d_v, d_t, d_p, Gc, t_low, beta, o, h0, ht, cu_se
         # (Waiting for U alone, with q S outstanding, crashes ptxas 12.8 here: both at once.)
         b_U, b_qS = warpgroup_mma_wait(num_outstanding=0, deps=(b_U, b_qS))
         if b_low != 0:
-            low_parts(t_s.index(st), low_s, beta, row0, i_hv, T - c * BT, HV, False, BT, num_warps)
-            b_U = warpgroup_mma(low_s, zu_s, b_U)
+            # C in the tile's own slot (U's product is done; the slot's refill comes after): a tile of its
+            # own, 8 KB more, left no room for a WY program beside this one on its SM (the WY pass then
+            # ran on the few SMs the walk left free, 10x slower with long-memory gates: NOTES.md v68).
+            low_parts(t_s.index(st), t_s.index(st), beta, row0, i_hv, T - c * BT, HV, False, BT, num_warps)
+            b_U = warpgroup_mma(t_s.index(st), zu_s, b_U)
         _issue(c + STAGES, NT, qt_bars, STAGES, row_base, BT, d_q, col_qk, q_s, d_t, col_tp, t_s)
         if MASK_ROWS:
             b_U = gl.where(m_t[:, None], b_U, 0.0)
