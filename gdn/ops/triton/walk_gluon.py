@@ -171,8 +171,9 @@ def low_parts(x_s, low_s, beta, row0, i_hv, n_rows, HV: gl.constexpr, TRANSPOSED
     upper triangle, chunk_io.store_t_f16): walk_f16.low_part_fix's C [BT, BT] from the tile in x_s and
     the chunk's beta (token rows row0 .. row0 + n_rows - 1 of beta [tokens, HV] fp32), into low_s (the
     tile's layout, or x_s itself once the tile's own product is done, as in walk_gluon; C^T with
-    TRANSPOSED, the right operand of walk_gluon_t's U^T = Z^T (X^T + C^T)), ready for the matrix units. The walks then add C Z to the product with the tile (rare: beta past 1 on
-    near-parallel keys), before the tile's slot is refilled."""
+    TRANSPOSED, the right operand of walk_gluon_t's U^T = Z^T (X^T + C^T)), ready for the matrix
+    units. The walks then add C Z to the product with the tile (rare: beta past 1 on near-parallel
+    keys), before the tile's slot is refilled."""
     blk: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
     b_x = x_s.load(blk)
     b_xt = x_s.permute((1, 0)).load(blk)

@@ -151,7 +151,8 @@ def test_heads_marked_by_the_wy_pass_compile():
     (wy_kernel's FORGET) and the ordered walk reading them late (SKIP = 2) compile for sm_90a with no
     read of an unwritten uniform register, and no _forgetting_kernel is launched."""
     run = _report("--variants", "heads in wy", "--shape", "1,32768", "--check")
-    assert re.findall(r"^heads in wy +(\w+_kernel) +\(", run.stdout, re.M) == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
+    kernels = re.findall(r"^heads in wy +(\w+_kernel) +\(", run.stdout, re.M)
+    assert kernels == ["wy_kernel", "walk_gluon_kernel", "walk_t_kernel"]
 
 
 @pytest.mark.parametrize("shape, packed", [("1,16384", None), ("8,4096", None), ("1,32768", "16")])
