@@ -244,10 +244,7 @@ def wy_split_factors(q, k, v, g, beta, w_out, w2_out, w3_out, u_out, rq_out, rk_
             elif F16:
                 # (A chunk FALLBACK_AFTER forms again is stored by t_at_tf32x3, with its low parts.)
                 o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
-                if FALLBACK_AFTER:
-                    store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_ok, 0, BT)
-                else:
-                    store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_ok, wide, BT)
+                store_t_f16(t_out + o_tt, b_T * b_beta[None, :], m_ok, 0 if FALLBACK_AFTER else wide, BT)
             else:
                 o_tt = row_offsets(row0, i_hvj, HV, BT, o_t, o_t)
                 store_square(t_out + o_tt, t2_out + o_tt, b_T * b_beta[None, :], m_ok, F16)
